@@ -1,0 +1,29 @@
+# `make demo` runs Foreshock end to end on SQLite; `make test` runs the test suite.
+# Both install into .venv on first use (torch from the CPU wheel, never a CUDA build).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo serve test lint bench
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev,dashboards]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/foreshock serve --db sqlite:///foreshock.db
+
+serve: $(STAMP)
+	$(VENV)/bin/foreshock serve --db sqlite:///foreshock.db
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy

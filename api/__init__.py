@@ -1,0 +1,1 @@
+"""The Foreshock service: ingest, queries, risk, alerts and checkpoint/drain decisions."""

@@ -1,0 +1,5 @@
+"""``python -m api`` is the ``foreshock`` command."""
+
+from api.cli import main
+
+main()

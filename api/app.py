@@ -1,0 +1,61 @@
+"""The app factory: ``create_app(settings)`` builds the whole service; nothing runs at import."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+from fastapi import FastAPI
+
+from api import alerts, decisions, ingest, maintenance, prom, queries, risk, scoring, webhooks
+from api.settings import Settings
+from collector.store import Store
+
+log = logging.getLogger("foreshock")
+
+BackgroundLoop = Callable[[FastAPI], Awaitable[None]]
+
+# Each loop runs for the service's lifetime; each logs and carries on after its own errors.
+BACKGROUND_LOOPS: tuple[BackgroundLoop, ...] = (maintenance.run, scoring.run, webhooks.run)
+
+
+def create_app(settings: Settings | None = None, *, store: Store | None = None) -> FastAPI:
+    """Build the service. ``store`` lets a caller (a test, the demo) hand over an open store."""
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_store = store is None
+        app.state.store = store or Store.open(settings.db_url)
+        app.state.http = httpx.AsyncClient(timeout=httpx.Timeout(10.0))
+        tasks = [asyncio.create_task(loop(app), name=loop.__module__) for loop in BACKGROUND_LOOPS]
+        log.info("foreshock serving with store %s", app.state.store.engine.url.render_as_string())
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await app.state.http.aclose()
+            if own_store:
+                app.state.store.close()
+
+    app = FastAPI(
+        title="Foreshock",
+        version="0.1.0",
+        summary="Predictive-failure monitoring for GPU training fleets.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    for module in (ingest, queries, risk, alerts, decisions, prom):
+        app.include_router(module.router)
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,71 @@
+"""The ``foreshock`` command line. Each package registers its own commands here."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    name="foreshock",
+    help="Foreshock: see GPU and network failures coming in training fleets, and act first.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Foreshock: see GPU and network failures coming in training fleets, and act first."""
+
+
+@app.command()
+def serve(
+    db: Annotated[
+        str | None,
+        typer.Option(help="Store URL (sqlite:///path.db or postgresql+psycopg://...). "
+                     "Default: FORESHOCK_DB_URL, else sqlite:///foreshock.db."),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind. Default 127.0.0.1 (loopback only).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port. Default 4318 (OTLP/HTTP).")] = None,
+    env_file: Annotated[
+        Path | None, typer.Option(help="A .env file of FORESHOCK_* settings to read first.")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the service: OTLP ingest at /v1/metrics, the query API, scoring, alerts, decisions."""
+    import uvicorn
+
+    from api.app import create_app
+    from api.settings import Settings
+
+    overrides = {k: v for k, v in {"db_url": db, "host": host, "port": port}.items() if v is not None}
+    settings = Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        access_log=False,
+    )
+
+
+def _register_all() -> None:
+    # Each package owns its commands; importing them here keeps `foreshock --help` complete.
+    from collector import cli as collector_cli
+    from dashboards import cli as dashboards_cli
+    from predictor import cli as predictor_cli
+    from trainer import cli as trainer_cli
+
+    for module in (collector_cli, predictor_cli, dashboards_cli, trainer_cli):
+        module.register(app)
+
+
+def main() -> None:
+    _register_all()
+    app()

@@ -1,0 +1,5 @@
+"""Placeholder router; its owner fills it in."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

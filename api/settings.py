@@ -1,0 +1,57 @@
+"""The service's settings: one pydantic-settings class, read once at start-up, passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of ``foreshock serve``; each can be set as ``FORESHOCK_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="FORESHOCK_", frozen=True, extra="forbid")
+
+    # --- store and HTTP (collector issue) ---
+    db_url: str = Field("sqlite:///foreshock.db", description="SQLAlchemy URL of the store.")
+    host: str = Field("127.0.0.1", description="Address to bind; loopback unless told otherwise.")
+    port: int = Field(4318, ge=0, le=65535, description="Port (4318 is OTLP/HTTP's).")
+    ingest_token: SecretStr | None = Field(
+        None, description="If set, POST /v1/metrics requires 'Authorization: Bearer <token>'.")
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, gt=0, description="Largest OTLP body accepted, after decompression.")
+    max_series_per_job: int = Field(
+        200_000, gt=0, description="Series-cardinality limit per job for non-canonical metrics.")
+    max_future_s: float = Field(
+        300.0, ge=0, description="Points stamped further than this in the future are rejected.")
+    raw_retention_s: float = Field(
+        7 * 86400.0, gt=0, description="How long raw points are kept before only rollups remain.")
+    rollup_retention_s: float = Field(
+        90 * 86400.0, gt=0, description="How long 1-minute rollups are kept.")
+    maintenance_interval_s: float = Field(
+        60.0, gt=0, description="How often rollups and retention run.")
+
+    # --- predictor (predictor issue) ---
+    score_interval_s: float = Field(
+        30.0, gt=0, description="How often the service scores entities with fresh data.")
+    model_path: Path | None = Field(
+        None, description="skops model file; None uses the model shipped with Foreshock.")
+
+    # --- alerts (alerts issue) ---
+    admin_token: SecretStr | None = Field(
+        None, description="Bearer token for admin endpoints (subscriptions, silences, decisions).")
+    external_url: str = Field(
+        "http://127.0.0.1:4318", description="URL of this service, put in alert payloads.")
+    webhooks_file: Path | None = Field(
+        None, description="YAML/JSON file of declarative webhook subscriptions.")
+    alertmanager_url: str | None = Field(
+        None, description="If set, alerts are also pushed to <url>/api/v2/alerts.")
+
+    @field_validator("db_url")
+    @classmethod
+    def _known_scheme(cls, v: str) -> str:
+        if not (v.startswith("sqlite") or v.startswith("postgresql")):
+            raise ValueError(
+                f"db_url={v!r}: use sqlite:///path.db or postgresql+psycopg://user@host/db")
+        return v

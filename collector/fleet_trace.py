@@ -1,0 +1,228 @@
+"""Reading and writing fleet traces (``fleet-trace/1``, see ../shared/fleet-trace.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from collector.metrics import GPU_COLUMNS, LINK_TRACE_METRICS, NODE_TRACE_METRICS
+
+FORMAT = "fleet-trace/1"
+
+
+class TraceFormatError(ValueError):
+    """A trace file is missing or malformed; the message names the file and column."""
+
+    def __init__(self, path: Path | str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = str(path)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceMeta:
+    """The contents of ``meta.json``."""
+
+    start: float
+    """First timestamp covered (Unix seconds)."""
+    end: float
+    """Last timestamp covered (Unix seconds)."""
+    interval_s: float
+    """Nominal sampling interval."""
+    nodes: tuple[str, ...]
+    """Node names."""
+    gpus_per_node: int
+    """GPUs on each node."""
+    extra: dict[str, object] = field(default_factory=dict)
+    """Any other keys found in meta.json, kept for round trips."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **self.extra,
+            "format": FORMAT,
+            "start": self.start,
+            "end": self.end,
+            "interval_s": self.interval_s,
+            "nodes": list(self.nodes),
+            "gpus_per_node": self.gpus_per_node,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetTrace:
+    """A window of fleet telemetry as data frames, sorted by ``ts``.
+
+    Frames always have their key columns; metric columns absent from the source are absent here.
+    """
+
+    meta: TraceMeta
+    gpu: pd.DataFrame
+    """``ts,node,gpu`` then ``gpu.*`` columns (floats, NaN where missing)."""
+    node: pd.DataFrame
+    """``ts,node`` then ``train.*`` columns; empty when the trace has none."""
+    links: pd.DataFrame
+    """``ts,src,dst,net.link.bandwidth,net.link.latency``; empty when none."""
+    events: pd.DataFrame
+    """``ts,node,gpu,kind,code``; ``gpu`` is -1 for node events."""
+    failures: pd.DataFrame | None = None
+    """Ground truth ``ts,node,gpu,kind,precursor_s``; only loaded when asked for."""
+
+    def until(self, t: float) -> FleetTrace:
+        """The rows with ``ts <= t``: what an online scorer could have seen at ``t``."""
+        return FleetTrace(
+            meta=self.meta,
+            gpu=self.gpu[self.gpu["ts"] <= t],
+            node=self.node[self.node["ts"] <= t],
+            links=self.links[self.links["ts"] <= t],
+            events=self.events[self.events["ts"] <= t],
+            failures=None,
+        )
+
+
+_KEYS = {
+    "gpu.csv.gz": ("ts", "node", "gpu"),
+    "node.csv.gz": ("ts", "node"),
+    "links.csv.gz": ("ts", "src", "dst"),
+    "events.csv": ("ts", "node", "gpu", "kind", "code"),
+    "failures.csv": ("ts", "node", "gpu", "kind"),
+}
+_METRICS = {
+    "gpu.csv.gz": tuple(GPU_COLUMNS),
+    "node.csv.gz": NODE_TRACE_METRICS,
+    "links.csv.gz": LINK_TRACE_METRICS,
+    "events.csv": (),
+    "failures.csv": ("precursor_s",),
+}
+
+
+def empty_frame(file: str) -> pd.DataFrame:
+    """An empty frame with the key and metric columns of ``file``."""
+    return pd.DataFrame({c: pd.Series(dtype="float64") for c in (*_KEYS[file], *_METRICS[file])})
+
+
+def _read_csv(path: Path, file: str) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path, dtype={"node": str, "src": str, "dst": str, "kind": str})
+    except (OSError, ValueError, EOFError) as exc:  # pandas raises ParserError (a ValueError)
+        raise TraceFormatError(path, f"cannot be read as CSV: {exc}") from exc
+    missing = [c for c in _KEYS[file] if c not in df.columns]
+    if missing:
+        raise TraceFormatError(path, f"missing required column(s) {', '.join(missing)}")
+    known = set(_KEYS[file]) | set(_METRICS[file])
+    unknown = [c for c in df.columns if c not in known]
+    if unknown and file != "gpu.csv.gz":
+        raise TraceFormatError(path, f"unknown column(s) {', '.join(unknown)}")
+    # gpu.csv.gz may carry extra gpu.* metrics NVML exposes (metrics.md allows them).
+    bad = [c for c in unknown if not c.startswith("gpu.")]
+    if bad:
+        raise TraceFormatError(path, f"unknown column(s) {', '.join(bad)} (expected gpu.* metrics)")
+    for col in df.columns:
+        if col in ("node", "src", "dst", "kind"):
+            df[col] = df[col].fillna("").astype(str)
+            continue
+        converted = pd.to_numeric(df[col], errors="coerce")
+        bad_rows = converted.isna() & df[col].notna()
+        if bad_rows.any():
+            row = int(bad_rows.idxmax()) + 2  # 1-based, after the header line
+            raise TraceFormatError(
+                path, f"column {col!r} has a non-numeric value {df[col][bad_rows].iloc[0]!r} "
+                f"on line {row}"
+            )
+        df[col] = converted
+    if df["ts"].isna().any():
+        raise TraceFormatError(path, "column 'ts' has empty values")
+    if "gpu" in df.columns:
+        df["gpu"] = df["gpu"].fillna(-1).astype("int64")
+    # Out-of-order rows are legal input; every consumer wants them in time order.
+    return df.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def read_meta(root: Path) -> TraceMeta:
+    path = root / "meta.json"
+    if not path.is_file():
+        raise TraceFormatError(path, "missing (every fleet trace needs meta.json)")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(path, f"is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise TraceFormatError(path, "must hold a JSON object")
+    if raw.get("format") != FORMAT:
+        raise TraceFormatError(path, f"field 'format' is {raw.get('format')!r}, expected {FORMAT!r}")
+    for key in ("start", "end", "interval_s", "nodes", "gpus_per_node"):
+        if key not in raw:
+            raise TraceFormatError(path, f"missing field {key!r}")
+    try:
+        meta = TraceMeta(
+            start=float(raw["start"]),
+            end=float(raw["end"]),
+            interval_s=float(raw["interval_s"]),
+            nodes=tuple(str(n) for n in raw["nodes"]),
+            gpus_per_node=int(raw["gpus_per_node"]),
+            extra={k: v for k, v in raw.items() if k not in {
+                "format", "start", "end", "interval_s", "nodes", "gpus_per_node"}},
+        )
+    except (TypeError, ValueError) as exc:
+        raise TraceFormatError(path, f"has a field of the wrong type: {exc}") from exc
+    if not (math.isfinite(meta.interval_s) and meta.interval_s > 0):
+        raise TraceFormatError(path, f"field 'interval_s'={meta.interval_s} must be > 0")
+    if meta.end < meta.start:
+        raise TraceFormatError(path, f"field 'end'={meta.end} is before 'start'={meta.start}")
+    return meta
+
+
+def read_trace(root: Path | str, *, with_failures: bool = False) -> FleetTrace:
+    """Read a fleet-trace directory; ``failures.csv`` only when ``with_failures`` (evaluation)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise TraceFormatError(root, "is not a directory")
+    meta = read_meta(root)
+    gpu_path = root / "gpu.csv.gz"
+    if not gpu_path.is_file():
+        raise TraceFormatError(gpu_path, "missing (required by fleet-trace/1)")
+    frames: dict[str, pd.DataFrame] = {}
+    for file in ("gpu.csv.gz", "node.csv.gz", "links.csv.gz", "events.csv"):
+        path = root / file
+        frames[file] = _read_csv(path, file) if path.is_file() else empty_frame(file)
+    events = frames["events.csv"]
+    events["kind"] = events["kind"].astype(str) if len(events) else events["kind"]
+    failures = None
+    if with_failures:
+        path = root / "failures.csv"
+        if not path.is_file():
+            raise TraceFormatError(path, "missing: evaluation needs the ground-truth failures")
+        failures = _read_csv(path, "failures.csv")
+        if "precursor_s" not in failures.columns:
+            failures["precursor_s"] = float("nan")
+    return FleetTrace(
+        meta=meta,
+        gpu=frames["gpu.csv.gz"],
+        node=frames["node.csv.gz"],
+        links=frames["links.csv.gz"],
+        events=events,
+        failures=failures,
+    )
+
+
+def write_trace(root: Path | str, trace: FleetTrace) -> None:
+    """Write ``trace`` as a fleet-trace directory (created if needed)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "meta.json").write_text(json.dumps(trace.meta.to_json(), indent=2) + "\n")
+    trace.gpu.to_csv(root / "gpu.csv.gz", index=False)
+    if len(trace.node):
+        trace.node.to_csv(root / "node.csv.gz", index=False)
+    if len(trace.links):
+        trace.links.to_csv(root / "links.csv.gz", index=False)
+    if len(trace.events):
+        ev = trace.events.copy()
+        ev["gpu"] = ev["gpu"].map(lambda g: "" if g < 0 else str(int(g)))
+        ev["code"] = ev["code"].map(lambda c: "" if pd.isna(c) else str(int(c)))
+        ev.to_csv(root / "events.csv", index=False)
+    if trace.failures is not None:
+        fl = trace.failures.copy()
+        fl["gpu"] = fl["gpu"].map(lambda g: "" if g < 0 else str(int(g)))
+        fl.to_csv(root / "failures.csv", index=False)

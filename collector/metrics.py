@@ -1,0 +1,94 @@
+"""The canonical metric catalogue of ../shared/metrics.md: names, units, kinds and storage columns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["gauge", "cumulative", "event", "histogram", "counter"]
+Family = Literal["gpu", "train", "net", "foreshock"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MetricSpec:
+    """One canonical metric."""
+
+    name: str
+    """Canonical dotted name, e.g. ``gpu.ecc.sbe``."""
+    unit: str
+    """Unit as metrics.md gives it (``s``, ``bytes``, ``C``, ``W``, ``MHz``, ``count``, ``1``)."""
+    kind: Kind
+    """How the value behaves over time."""
+    help: str
+    """One line for humans (Prometheus HELP, panel descriptions)."""
+
+    @property
+    def family(self) -> Family:
+        return self.name.split(".", 1)[0]  # type: ignore[return-value]
+
+    @property
+    def column(self) -> str:
+        """Column name in the wide per-family tables: ``gpu.ecc.sbe`` -> ``ecc_sbe``."""
+        return self.name.split(".", 1)[1].replace(".", "_")
+
+
+def _m(name: str, unit: str, kind: Kind, help_: str) -> MetricSpec:
+    return MetricSpec(name=name, unit=unit, kind=kind, help=help_)
+
+
+GPU_METRICS: tuple[MetricSpec, ...] = (
+    _m("gpu.utilization", "1", "gauge", "fraction of time a kernel ran"),
+    _m("gpu.memory.used", "bytes", "gauge", "framebuffer in use"),
+    _m("gpu.temperature", "C", "gauge", "GPU core temperature"),
+    _m("gpu.memory.temperature", "C", "gauge", "HBM temperature"),
+    _m("gpu.power", "W", "gauge", "board power draw"),
+    _m("gpu.clock.sm", "MHz", "gauge", "SM clock"),
+    _m("gpu.throttle.thermal", "1", "gauge", "a thermal clock-event reason is active"),
+    _m("gpu.throttle.power", "1", "gauge", "a power clock-event reason is active"),
+    _m("gpu.ecc.sbe", "count", "cumulative", "corrected (single-bit) ECC errors, volatile"),
+    _m("gpu.ecc.dbe", "count", "cumulative", "uncorrected (double-bit) ECC errors, volatile"),
+    _m("gpu.rows.remapped.correctable", "count", "cumulative",
+       "rows remapped after correctable errors"),
+    _m("gpu.rows.remapped.uncorrectable", "count", "cumulative",
+       "rows remapped after uncorrectable errors"),
+    _m("gpu.rows.remap.pending", "1", "gauge", "a row remap waits for a GPU reset"),
+    _m("gpu.pcie.replay", "count", "cumulative", "PCIe replay counter"),
+    _m("gpu.nvlink.crc_errors", "count", "cumulative", "NVLink CRC flit errors, all links"),
+)
+"""Sampled GPU metrics, stored one column each in the wide ``gpu_samples`` table."""
+
+XID = _m("gpu.xid", "1", "event", "an XID event reported by the driver")
+
+TRAIN_METRICS: tuple[MetricSpec, ...] = (
+    _m("train.step.duration", "s", "gauge", "wall time of one optimizer step on a rank"),
+    _m("train.compute.duration", "s", "gauge", "part of the step not spent waiting in collectives"),
+    _m("train.collective.duration", "s", "histogram",
+       "time of one collective from issue to completion as this rank saw it"),
+    _m("train.collective.bytes", "bytes", "counter", "payload moved by collectives"),
+    _m("train.kernel.duration", "s", "gauge", "total time of a kernel in a profiled window"),
+)
+
+NET_METRICS: tuple[MetricSpec, ...] = (
+    _m("net.link.bandwidth", "bytes/s", "gauge", "point-to-point probe throughput node -> peer"),
+    _m("net.link.latency", "s", "gauge", "point-to-point probe latency"),
+)
+
+RISK = _m("foreshock.risk", "1", "gauge", "predicted probability of failure within the horizon")
+
+CANONICAL: dict[str, MetricSpec] = {
+    m.name: m for m in (*GPU_METRICS, XID, *TRAIN_METRICS, *NET_METRICS, RISK)
+}
+GPU_COLUMNS: dict[str, str] = {m.name: m.column for m in GPU_METRICS}
+"""Canonical GPU metric name -> column of ``gpu_samples``."""
+
+NODE_TRACE_METRICS: tuple[str, ...] = (
+    "train.step.duration",
+    "train.compute.duration",
+    "train.collective.duration",
+)
+"""The columns of a fleet trace's ``node.csv.gz`` after ``ts,node``."""
+
+LINK_TRACE_METRICS: tuple[str, ...] = ("net.link.bandwidth", "net.link.latency")
+
+# Entity attributes (metrics.md): every point carries job and node, the rest where they apply.
+ENTITY_ATTRIBUTES: tuple[str, ...] = ("job", "node", "rank", "gpu", "gpu.uuid", "peer")
