@@ -10,7 +10,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 from fastapi import FastAPI
 
-from api import alerts, decisions, ingest, maintenance, prom, queries, risk, scoring, webhooks
+from api import (
+    alerts,
+    decisions,
+    ingest,
+    maintenance,
+    prom,
+    queries,
+    risk,
+    scoring,
+    subscriptions,
+    webhooks,
+)
 from api.settings import Settings
 from collector.store import Store
 
@@ -50,7 +61,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         lifespan=lifespan,
     )
     app.state.settings = settings
-    for module in (ingest, queries, risk, alerts, decisions, prom):
+    for module in (ingest, queries, risk, alerts, subscriptions, decisions, prom):
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["service"])

@@ -47,6 +47,33 @@ class Settings(BaseSettings):
         None, description="YAML/JSON file of declarative webhook subscriptions.")
     alertmanager_url: str | None = Field(
         None, description="If set, alerts are also pushed to <url>/api/v2/alerts.")
+    webhook_poll_interval_s: float = Field(
+        0.25, gt=0, description="How often the delivery loop looks for due webhook deliveries.")
+    webhook_timeout_s: float = Field(
+        5.0, gt=0, description="A receiver that has not answered within this is retried later.")
+    webhook_backoff_base_s: float = Field(
+        1.0, gt=0, description="First retry delay; doubles each failed attempt (with jitter).")
+    webhook_backoff_max_s: float = Field(
+        60.0, gt=0, description="Longest delay between two attempts to one receiver.")
+    alertmanager_resend_s: float = Field(
+        60.0, gt=0, description="How often firing alerts are re-sent to Alertmanager.")
+
+    # --- decisions (checkpoint-and-drain issue) ---
+    drain_risk_threshold: float = Field(
+        0.5, ge=0, le=1, description="Firing alerts at or above this risk become drain decisions.")
+    drain_min_lead_s: float = Field(
+        0.0, ge=0, description="Drain only if the predicted lead time is at least this long.")
+    drain_max_per_hour: int = Field(
+        2, ge=0, description="At most this many drains of one job per rolling hour.")
+    drain_min_nodes: int = Field(
+        1, ge=1, description="Never drain a job below this many nodes (alert only instead).")
+    drain_active_window_s: float = Field(
+        120.0, gt=0, description="A node hosts a running job if its ranks stepped within this.")
+    drain_command: str | None = Field(
+        None, description="Run when a node is drained, e.g. 'scontrol update NodeName={node} "
+        "State=DRAIN Reason=foreshock'; {node} and {job} are filled in.")
+    drain_command_timeout_s: float = Field(
+        30.0, gt=0, description="The drain command is killed after this long.")
 
     @field_validator("db_url")
     @classmethod
