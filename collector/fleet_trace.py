@@ -126,7 +126,7 @@ def _read_csv(path: Path, file: str) -> pd.DataFrame:
         converted = pd.to_numeric(df[col], errors="coerce")
         bad_rows = converted.isna() & df[col].notna()
         if bad_rows.any():
-            row = int(bad_rows.idxmax()) + 2  # 1-based, after the header line
+            row = int(bad_rows.to_numpy().argmax()) + 2  # 1-based, after the header line
             raise TraceFormatError(
                 path, f"column {col!r} has a non-numeric value {df[col][bad_rows].iloc[0]!r} "
                 f"on line {row}"
@@ -151,7 +151,8 @@ def read_meta(root: Path) -> TraceMeta:
     if not isinstance(raw, dict):
         raise TraceFormatError(path, "must hold a JSON object")
     if raw.get("format") != FORMAT:
-        raise TraceFormatError(path, f"field 'format' is {raw.get('format')!r}, expected {FORMAT!r}")
+        raise TraceFormatError(
+            path, f"field 'format' is {raw.get('format')!r}, expected {FORMAT!r}")
     for key in ("start", "end", "interval_s", "nodes", "gpus_per_node"):
         if key not in raw:
             raise TraceFormatError(path, f"missing field {key!r}")
@@ -212,11 +213,13 @@ def write_trace(root: Path | str, trace: FleetTrace) -> None:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     (root / "meta.json").write_text(json.dumps(trace.meta.to_json(), indent=2) + "\n")
-    trace.gpu.to_csv(root / "gpu.csv.gz", index=False)
+    # pandas' default gzip level 9 takes ~5x longer than level 1 for ~10% smaller files.
+    gz = {"method": "gzip", "compresslevel": 1}
+    trace.gpu.to_csv(root / "gpu.csv.gz", index=False, compression=gz)
     if len(trace.node):
-        trace.node.to_csv(root / "node.csv.gz", index=False)
+        trace.node.to_csv(root / "node.csv.gz", index=False, compression=gz)
     if len(trace.links):
-        trace.links.to_csv(root / "links.csv.gz", index=False)
+        trace.links.to_csv(root / "links.csv.gz", index=False, compression=gz)
     if len(trace.events):
         ev = trace.events.copy()
         ev["gpu"] = ev["gpu"].map(lambda g: "" if g < 0 else str(int(g)))

@@ -1,7 +1,186 @@
-"""Placeholder; its owner fills it in."""
+"""The predictor's data commands: ``generate-trace`` (labelled synthetic traces), ``evaluate``."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from predictor.failure_mix import MODES
+from predictor.generator_config import DEFAULT_START_TS, GeneratorConfig
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from predictor.evaluate import EvaluationReport
+
+
+def _weights(option: str, text: str | None) -> dict[str, float] | None:
+    """``"ecc=2,nic=1"`` -> {"ecc": 2.0, "nic": 1.0}."""
+    if text is None:
+        return None
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise typer.BadParameter(f"{part!r} is not MODE=NUMBER (modes: {', '.join(MODES)})",
+                                     param_hint=option)
+    return out
+
+
+def _overrides(items: list[str]) -> dict[str, object]:
+    """``--set field=value`` pairs, converted to the type of the GeneratorConfig field."""
+    fields = {f.name: f for f in dataclasses.fields(GeneratorConfig)}
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields or key in ("mix", "precursor_share"):
+            raise typer.BadParameter(
+                f"{item!r}: expected FIELD=VALUE with FIELD one of "
+                f"{', '.join(n for n in fields if n not in ('mix', 'precursor_share'))}",
+                param_hint="--set")
+        try:
+            out[key] = int(value) if key in ("seed", "nodes", "gpus_per_node", "rack_size",
+                                             "failure_count") else float(value)
+        except ValueError as exc:
+            raise typer.BadParameter(f"{item!r}: {value!r} is not a number",
+                                     param_hint="--set") from exc
+    return out
+
+
+def generate_trace_cmd(
+    out_dir: Annotated[Path, typer.Argument(help="Directory to write the trace into (created).")],
+    seed: Annotated[int, typer.Option(help="Random seed; same seed and options, same trace.")] = 0,
+    nodes: Annotated[int, typer.Option(help="Nodes in the job.")] = 32,
+    gpus: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
+    days: Annotated[float, typer.Option(help="Length of the trace in days.")] = 2.0,
+    interval: Annotated[float, typer.Option(help="GPU/node sampling interval, seconds.")] = 30.0,
+    link_interval: Annotated[float, typer.Option(help="Link probe interval, seconds.")] = 300.0,
+    failures: Annotated[float, typer.Option(
+        help="Failure rate per 1,000 node-days (real fleets: 2-7; raise it for small traces).",
+    )] = 4.2,
+    failure_count: Annotated[int | None, typer.Option(
+        help="Exact number of failures instead of drawing from --failures.")] = None,
+    mix: Annotated[str | None, typer.Option(
+        help=f"Failure-mode weights MODE=W,... (modes: {', '.join(MODES)}). "
+             "Default: Llama 3 + StepFun mix.")] = None,
+    precursor_share: Annotated[str | None, typer.Option(
+        help="Per-mode probability of a precursor, MODE=P,... (others keep their default).",
+    )] = None,
+    precursor_min: Annotated[float, typer.Option(help="Shortest precursor, seconds.")] = 600.0,
+    precursor_max: Annotated[float, typer.Option(help="Longest precursor, seconds.")] = 28800.0,
+    intensity_min: Annotated[float, typer.Option(help="Weakest precursor intensity.")] = 0.3,
+    intensity_max: Annotated[float, typer.Option(help="Strongest precursor intensity.")] = 3.0,
+    noise: Annotated[float, typer.Option(help="Multiplier on measurement noise.")] = 1.0,
+    confounders: Annotated[float, typer.Option(
+        help="Multiplier on every confounder rate (0 = none).")] = 1.0,
+    repair_scale: Annotated[float, typer.Option(
+        help="Multiplier on repair times (StepFun distribution, median 20 h).")] = 1.0,
+    start: Annotated[float, typer.Option(help="Unix time of the first sample.")] = DEFAULT_START_TS,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Any other GeneratorConfig field as FIELD=VALUE, e.g. stalls_per_day=4 "
+                      "(repeatable).")] = None,
+) -> None:
+    """Write a synthetic, labelled fleet trace (fleet-trace/1 with failures.csv)."""
+    from rich.console import Console
+
+    from predictor.generator import generate, write_generated
+
+    console = Console(stderr=True)
+    share = dict(GeneratorConfig().precursor_share)
+    share.update(_weights("--precursor-share", precursor_share) or {})
+    kwargs: dict[str, object] = {
+        "seed": seed, "nodes": nodes, "gpus_per_node": gpus, "days": days, "interval_s": interval,
+        "link_interval_s": link_interval, "failure_rate": failures,
+        "failure_count": failure_count, "precursor_share": share,
+        "precursor_min_s": precursor_min, "precursor_max_s": precursor_max,
+        "intensity_min": intensity_min, "intensity_max": intensity_max, "noise": noise,
+        "confounders": confounders, "repair_scale": repair_scale, "start_ts": start,
+    }
+    mix_weights = _weights("--mix", mix)
+    if mix_weights is not None:
+        kwargs["mix"] = mix_weights
+    kwargs.update(_overrides(set_ or []))
+    try:
+        config = GeneratorConfig(**kwargs)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    began = time.perf_counter()
+    with console.status("generating fleet trace..."):
+        generated = generate(config)
+        write_generated(out_dir, generated)
+    trace = generated.trace
+    failures_df = trace.failures
+    n_fail = 0 if failures_df is None else len(failures_df)
+    with_pre = 0 if failures_df is None else int((failures_df["precursor_s"] > 0).sum())
+    console.print(
+        f"wrote {out_dir}: {len(trace.gpu):,} GPU rows, {len(trace.node):,} node rows, "
+        f"{len(trace.links):,} link probes, {len(trace.events):,} events, {n_fail} failures "
+        f"({with_pre} with a precursor) in {time.perf_counter() - began:.1f} s"
+    )
+
+
+def evaluate_cmd(
+    trace_dir: Annotated[Path, typer.Argument(
+        help="Fleet-trace directory with failures.csv (the ground truth).")],
+    alerts: Annotated[Path, typer.Option(
+        help="alerts.csv written by a backtest (ts,node,gpu,kind,score,reason).")],
+    json_: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+) -> None:
+    """Score alerts against a trace's failures: recall, precision, false episodes, lead time."""
+    from rich.console import Console
+
+    from collector.fleet_trace import TraceFormatError
+    from predictor.evaluate import AlertsFormatError, evaluate, read_alerts
+
+    try:
+        report = evaluate(trace_dir, read_alerts(alerts), source=str(alerts))
+    except (TraceFormatError, AlertsFormatError) as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from exc
+    if json_:
+        typer.echo(report.to_json())
+        return
+    Console().print(_report_table(report, title=f"{trace_dir} vs {alerts}"))
+
+
+def _report_table(report: EvaluationReport, *, title: str) -> Table:
+    from rich.table import Table
+
+    from predictor.evaluate import format_value as fmt
+
+    table = Table(title=title, title_justify="left")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("from", style="dim")
+    r = report
+    table.add_row("recall (all failures)", fmt(r.recall, percent=True), f"{r.caught}/{r.failures}")
+    table.add_row("recall (with a precursor)", fmt(r.recall_precursor, percent=True),
+                  f"{r.caught_with_precursor}/{r.failures_with_precursor}")
+    for kind, value in r.recall_by_kind.items():
+        table.add_row(f"  recall, {kind} failures", fmt(value, percent=True), "")
+    table.add_row("precision (episodes)", fmt(r.precision, percent=True),
+                  f"{r.true_episodes} true, {r.false_episodes} false, {r.late_episodes} late "
+                  f"of {r.episodes}")
+    table.add_row("false episodes / 1,000 node-days", fmt(r.false_per_1000_node_days),
+                  f"{r.false_episodes} over {r.node_days:,.1f} node-days")
+    table.add_row("median lead time", fmt(r.median_lead_s, seconds=True),
+                  f"{r.caught} caught failures")
+    table.add_row("GPU named right", fmt(r.gpu_accuracy, percent=True),
+                  f"{r.gpu_named_right}/{r.gpu_failures_caught} caught GPU failures")
+    table.add_row("alert rows", f"{r.alerts:,}", "")
+    return table
+
 
 def register(app: typer.Typer) -> None:
-    """Add these commands to ``app``."""
+    """Add ``generate-trace`` and ``evaluate`` to ``app``."""
+    app.command("generate-trace")(generate_trace_cmd)
+    app.command("evaluate")(evaluate_cmd)

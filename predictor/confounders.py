@@ -1,0 +1,142 @@
+"""Things that look like trouble in telemetry but are not failures (never in failures.csv).
+
+Each function adds one confounder to a :class:`FleetState`; rates come from
+:class:`GeneratorConfig` scaled by ``config.confounders``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from predictor.fleet_sim import FleetState
+from predictor.generator_config import GeneratorConfig
+
+APP_XIDS = (13, 31, 43)
+"""Application-caused XIDs (graphics exception, MMU fault, GPU stopped processing)."""
+RESTART_XID = 45
+"""Preemptive cleanup when a job's processes are killed."""
+
+
+def _count(rng: np.random.Generator, rate_per_day: float, days: float) -> int:
+    return int(rng.poisson(max(rate_per_day, 0.0) * days))
+
+
+def _span(state: FleetState, rng: np.random.Generator, lo_s: float, hi_s: float) -> tuple[int, int]:
+    """A random window of lo_s..hi_s seconds as sample indices [k0, k1)."""
+    t0 = rng.uniform(state.t[0], state.t[-1])
+    return state.index(t0), state.index(t0 + rng.uniform(lo_s, hi_s))
+
+
+def add_all(state: FleetState, rng: np.random.Generator, config: GeneratorConfig) -> None:
+    """Every confounder of the config into ``state`` (before failures are simulated)."""
+    c = config.confounders
+    days = config.days
+    nodes, gpus = state.temp_extra_c.shape[1:]
+    dt_min = state.interval_s / 60.0
+    # Background: healthy GPUs see a rare corrected error, replay or CRC burst.
+    for name, per_min in (("gpu.ecc.sbe", 2e-5), ("gpu.pcie.replay", 5e-5),
+                          ("gpu.nvlink.crc_errors", 5e-5)):
+        hits = rng.random(state.inc[name].shape) < per_min * dt_min
+        state.inc[name] += hits * rng.integers(1, 4, hits.shape)
+    # Steady, harmless error rates on a few GPUs (a known-weak DIMM row, a marginal connector).
+    for name, frac in (("gpu.ecc.sbe", config.benign_sbe_fraction),
+                       ("gpu.pcie.replay", config.benign_link_fraction / 2),
+                       ("gpu.nvlink.crc_errors", config.benign_link_fraction / 2)):
+        chosen = rng.random((nodes, gpus)) < min(1.0, frac * c)
+        rate = np.exp(rng.uniform(np.log(0.02), np.log(2.0), (nodes, gpus))) * chosen
+        state.inc[name] += rng.poisson(rate[None] * dt_min, state.inc[name].shape)
+        state.initial[name] += np.round(rate * rng.uniform(60, 3000, (nodes, gpus)))
+    slow = rng.random(nodes) < min(1.0, config.slow_node_fraction * c)
+    state.compute_factor = np.where(slow, rng.uniform(1.04, 1.15, nodes), 1.0)
+    if c > 0:
+        _phases(state, rng, config)
+    # Job-wide stalls (a slow storage read, a straggling data loader, an NCCL hiccup) delay every
+    # rank together; ByteDance's Minder separates such fleet-wide slowdowns from a faulty machine.
+    for _ in range(_count(rng, config.stalls_per_day * c, days)):
+        k0, k1 = _span(state, rng, 60, 600)
+        state.activity[k0:k1] = np.minimum(state.activity[k0:k1], 0.2)
+        state.wait_s[k0:k1] += rng.uniform(5, 60)
+    n_racks = int(state.racks.max()) + 1
+    for _ in range(_count(rng, config.cooling_per_rack_day * c * n_racks, days)):
+        _cooling_event(state, rng, rack=int(rng.integers(n_racks)))
+    for _ in range(_count(rng, config.app_xid_per_gpu_day * c * nodes * gpus, days)):
+        ts = rng.uniform(state.t[0], state.t[-1])
+        n, code = int(rng.integers(nodes)), int(rng.choice(APP_XIDS))
+        # An application bug often hits every rank on the node at once.
+        on = range(gpus) if rng.random() < 0.4 else [int(rng.integers(gpus))]
+        state.events.extend((ts + 0.1 * g, n, g, code) for g in on)
+    for _ in range(_count(rng, config.benign_remap_per_gpu_day * c * nodes * gpus, days)):
+        k, _ = _span(state, rng, 0, 0)
+        n, g = int(rng.integers(nodes)), int(rng.integers(gpus))
+        state.inc["gpu.rows.remapped.correctable"][min(k, len(state.t) - 1), n, g] += 1
+        state.pending[k:, n, g] = True
+        state.events.append((state.t[min(k, len(state.t) - 1)] - 1.0, n, g, 63))
+    for _ in range(_count(rng, config.transient_bursts_per_gpu_day * c * nodes * gpus, days)):
+        # A burst of errors that stops by itself (a reseated cable, a scrubbed row): no failure.
+        k0, k1 = _span(state, rng, 300, 1800)
+        name = str(rng.choice(("gpu.ecc.sbe", "gpu.pcie.replay", "gpu.nvlink.crc_errors")))
+        per_sample = rng.uniform(2, 40) * dt_min
+        n, g = int(rng.integers(nodes)), int(rng.integers(gpus))
+        state.inc[name][k0:k1, n, g] += rng.poisson(per_sample, k1 - k0)
+    for _ in range(_count(rng, config.driver_reload_per_node_day * c * nodes, days)):
+        k0, k1 = _span(state, rng, 60, 180)
+        n = int(rng.integers(nodes))
+        state.gpu_present[k0:k1, n] = False
+        state.resets.append((k1, n, -1))
+    for _ in range(_count(rng, config.outage_per_node_day * c * nodes, days)):
+        k0, k1 = _span(state, rng, 120, 1800)
+        n = int(rng.integers(nodes))
+        state.gpu_present[k0:k1, n] = False
+        if rng.random() < 0.5:  # the trainer's own export path may survive a DCGM outage
+            state.training[k0:k1, n] = False
+
+
+def _phases(state: FleetState, rng: np.random.Generator, config: GeneratorConfig) -> None:
+    """Periodic checkpoint and evaluation phases, fleet-wide.
+
+    Every GPU idles at once while a checkpoint is written (Llama 3 reports data-centre power
+    swinging by tens of megawatts at checkpoints), so power, utilization and step time move
+    together on all nodes: a healthy, fleet-wide pattern.
+    """
+    span = state.t[-1] - state.t[0]
+    if config.checkpoint_interval_s > 0:
+        for t0 in np.arange(rng.uniform(0, config.checkpoint_interval_s), span,
+                            config.checkpoint_interval_s):
+            k0 = state.index(state.t[0] + t0 + rng.normal(0, 60))
+            k1 = state.index(state.t[0] + t0 + rng.uniform(60, 240))
+            k1 = max(k1, k0 + 1)
+            state.activity[k0:k1] = np.minimum(state.activity[k0:k1], 0.15)
+            state.step_extra_s[k0:k1] += rng.uniform(20, 120)
+    if config.eval_interval_s > 0:
+        for t0 in np.arange(rng.uniform(0, config.eval_interval_s), span, config.eval_interval_s):
+            k0 = state.index(state.t[0] + t0)
+            k1 = state.index(state.t[0] + t0 + rng.uniform(300, 900))
+            state.activity[k0:k1] = np.minimum(state.activity[k0:k1], 0.6)
+            state.eval_phase[k0:k1] = True
+
+
+def _cooling_event(state: FleetState, rng: np.random.Generator, *, rack: int) -> None:
+    """A rack's inlet air warms for up to two hours and recovers: several nodes heat together."""
+    members = np.flatnonzero(state.racks == rack)
+    ramp, hold = rng.uniform(600, 1200), rng.uniform(1200, 7200)
+    t0 = rng.uniform(state.t[0], state.t[-1])
+    rel = state.t - t0
+    shape = np.clip(np.minimum(rel / ramp, (2 * ramp + hold - rel) / ramp), 0, 1)
+    amp = rng.uniform(4, 12) * rng.uniform(0.7, 1.2, len(members))
+    state.temp_extra_c[:, members, :] += (shape[:, None] * amp[None, :])[:, :, None]
+
+
+def restart(state: FleetState, rng: np.random.Generator, ts: float) -> None:
+    """The job restarts from its last checkpoint at ``ts``: every node idles, then warms up."""
+    k0 = state.index(ts)
+    k1 = state.index(ts + rng.uniform(300, 1200))
+    warm = state.index(ts + rng.uniform(1500, 1800))
+    state.activity[k0:k1] = 0.0
+    state.training[k0:k1] = False
+    state.wait_s[k1:warm] += rng.uniform(0.5, 3.0)
+    nodes, gpus = state.temp_extra_c.shape[1:]
+    killed = rng.random((nodes, gpus)) < 0.03
+    for n, g in zip(*np.nonzero(killed), strict=True):
+        state.events.append((ts + rng.uniform(1, 30), int(n), int(g), RESTART_XID))
+    for n in np.flatnonzero(rng.random(nodes) < 0.05):  # some clusters reload the driver
+        state.resets.append((k1, int(n), -1))

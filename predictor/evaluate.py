@@ -1,0 +1,252 @@
+"""Scoring a backtest's alerts against a trace's ground truth as ../shared/fleet-trace.md defines.
+
+* A failure is *caught* when an alert naming its node was raised between 6 h and 60 s before it
+  (both bounds inclusive); its lead time is measured from the earliest such alert.
+* Alert rows on one node less than 30 min apart form one *episode*. An episode is *true* when a
+  failure on its node follows its start by at least 60 s and at most 6 h, *false* when no failure
+  on its node follows its start within 6 h, and *late* otherwise (the only failures that follow
+  came less than 60 s after the start: too late to drain, but not a false alarm either).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from collector.fleet_trace import FleetTrace, TraceFormatError, read_trace
+
+HORIZON_S = 6 * 3600.0
+MIN_LEAD_S = 60.0
+EPISODE_GAP_S = 30 * 60.0
+ALERT_COLUMNS = ("ts", "node", "gpu", "kind", "score", "reason")
+ALERT_KINDS = ("gpu", "link", "node")
+
+
+class AlertsFormatError(ValueError):
+    """An alerts file or frame is malformed; the message names the file and column."""
+
+    def __init__(self, source: str, message: str) -> None:
+        super().__init__(f"{source}: {message}")
+        self.source = source
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationReport:
+    """The figures of fleet-trace.md for one trace and one set of alerts (None: undefined)."""
+
+    failures: int
+    """Failures in the trace."""
+    failures_with_precursor: int
+    """Failures with ``precursor_s > 0``."""
+    caught: int
+    """Failures with an alert on their node 6 h to 60 s before them."""
+    caught_with_precursor: int
+    """Caught failures that had a precursor."""
+    recall: float | None
+    """caught / failures."""
+    recall_precursor: float | None
+    """caught_with_precursor / failures_with_precursor."""
+    recall_by_kind: dict[str, float | None] = field(default_factory=dict)
+    """Recall per failure kind (gpu, link, node) present in the trace."""
+    alerts: int
+    """Alert rows scored."""
+    episodes: int
+    """Alert episodes (rows on one node < 30 min apart)."""
+    true_episodes: int
+    """Episodes followed by a failure on their node 60 s to 6 h after their start."""
+    false_episodes: int
+    """Episodes not followed by any failure on their node within 6 h."""
+    late_episodes: int
+    """Episodes whose node failed less than 60 s after their start (neither true nor false)."""
+    precision: float | None
+    """true_episodes / (true_episodes + false_episodes)."""
+    node_days: float
+    """Nodes x trace days (from meta.json)."""
+    false_per_1000_node_days: float | None
+    """False episodes per 1,000 node-days."""
+    median_lead_s: float | None
+    """Median lead time of caught failures (failure ts - earliest qualifying alert)."""
+    gpu_failures_caught: int
+    """Caught failures of kind gpu with a known GPU index."""
+    gpu_named_right: int
+    """Of those, failures where an alert in the catch window named the failing GPU."""
+    gpu_accuracy: float | None
+    """gpu_named_right / gpu_failures_caught."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=False)
+
+
+def _ratio(num: int, den: int | float) -> float | None:
+    return num / den if den else None
+
+
+def validate_alerts(alerts: pd.DataFrame, *, source: str = "alerts") -> pd.DataFrame:
+    """A clean copy of ``alerts`` (ts float, node str, gpu int or -1, kind, score, reason)."""
+    missing = [c for c in ALERT_COLUMNS if c not in alerts.columns]
+    if missing:
+        raise AlertsFormatError(source, f"missing column(s) {', '.join(missing)} "
+                                        f"(expected {','.join(ALERT_COLUMNS)})")
+    out = alerts.loc[:, list(ALERT_COLUMNS)].copy()
+    for col in ("ts", "gpu", "score"):
+        converted = pd.to_numeric(out[col], errors="coerce")
+        bad = converted.isna() & out[col].notna() & (out[col].astype(str).str.strip() != "")
+        if col == "ts":
+            bad |= ~np.isfinite(converted.fillna(np.nan).to_numpy(dtype=float))
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise AlertsFormatError(source, f"column {col!r} has a bad value "
+                                            f"{alerts[col].iloc[row]!r} in row {row + 1}")
+        out[col] = converted
+    gpu = out["gpu"]
+    # -1 is how frames (read_trace, read_alerts) spell "no GPU", like an empty cell.
+    if ((gpu.notna()) & ((gpu < -1) | (gpu != gpu.round()))).any():
+        raise AlertsFormatError(source, "column 'gpu' must hold GPU indices (>= 0) or be empty")
+    out["gpu"] = gpu.fillna(-1).astype("int64")
+    out["node"] = out["node"].fillna("").astype(str)
+    if (out["node"].str.strip() == "").any():
+        raise AlertsFormatError(source, "column 'node' has an empty value")
+    out["kind"] = out["kind"].fillna("").astype(str)
+    bad_kind = sorted(set(out["kind"]) - set(ALERT_KINDS))
+    if bad_kind:
+        raise AlertsFormatError(source, f"column 'kind' has {bad_kind[0]!r}; expected one of "
+                                        f"{', '.join(ALERT_KINDS)}")
+    out["reason"] = out["reason"].fillna("").astype(str)
+    return out.sort_values(["node", "ts"], kind="stable").reset_index(drop=True)
+
+
+def read_alerts(path: Path | str) -> pd.DataFrame:
+    """Read and validate an ``alerts.csv``; errors name the file and the column."""
+    path = Path(path)
+    if not path.is_file():
+        raise AlertsFormatError(str(path), "missing")
+    try:
+        frame = pd.read_csv(path, dtype={"node": str, "kind": str, "reason": str})
+    except pd.errors.EmptyDataError as exc:
+        raise AlertsFormatError(str(path), f"is empty (needs a header {','.join(ALERT_COLUMNS)})"
+                                ) from exc
+    except (OSError, ValueError) as exc:
+        raise AlertsFormatError(str(path), f"cannot be read as CSV: {exc}") from exc
+    return validate_alerts(frame, source=str(path))
+
+
+def _checked_failures(trace: FleetTrace, path: str) -> pd.DataFrame:
+    """The ground truth in time order, refusing kinds and nodes the format does not allow."""
+    assert trace.failures is not None
+    failures = trace.failures
+    bad_kind = sorted(set(failures["kind"].astype(str)) - set(ALERT_KINDS))
+    if bad_kind:
+        raise TraceFormatError(path, f"column 'kind' has {bad_kind[0]!r}; expected one of "
+                                     f"{', '.join(ALERT_KINDS)}")
+    unknown = sorted(set(failures["node"].astype(str)) - set(trace.meta.nodes))
+    if unknown:
+        raise TraceFormatError(path, f"column 'node' names {unknown[0]!r}, which is not in "
+                                     "meta.json's nodes")
+    return failures.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
+             source: str = "alerts") -> EvaluationReport:
+    """Score ``alerts`` against the trace's ``failures.csv`` (fleet-trace.md's figures)."""
+    failures_path = "failures.csv"
+    if not isinstance(trace, FleetTrace):
+        failures_path = str(Path(trace) / "failures.csv")
+        trace = read_trace(trace, with_failures=True)
+    if trace.failures is None:
+        raise ValueError("the trace has no failures (read it with with_failures=True)")
+    alerts = validate_alerts(alerts, source=source)
+    known = set(trace.meta.nodes)
+    unknown = sorted(set(alerts["node"]) - known)
+    if unknown:
+        raise AlertsFormatError(source, f"column 'node' names {unknown[0]!r}, which is not a node "
+                                        "of the trace")
+    failures = _checked_failures(trace, failures_path)
+    by_node = {n: g["ts"].to_numpy(dtype=float) for n, g in alerts.groupby("node", sort=False)}
+    gpus_by_node = {n: g["gpu"].to_numpy() for n, g in alerts.groupby("node", sort=False)}
+    fail_by_node = {n: np.sort(g["ts"].to_numpy(dtype=float))
+                    for n, g in failures.groupby("node", sort=False)}
+
+    caught = np.zeros(len(failures), dtype=bool)
+    leads: list[float] = []
+    gpu_caught = gpu_right = 0
+    f_ts = failures["ts"].to_numpy(dtype=float)
+    f_node = failures["node"].astype(str).to_numpy()
+    f_gpu = failures["gpu"].to_numpy(dtype=np.int64)
+    f_kind = failures["kind"].astype(str).to_numpy()
+    for i in range(len(failures)):
+        ts_arr = by_node.get(f_node[i])
+        if ts_arr is None:
+            continue
+        lo = int(np.searchsorted(ts_arr, f_ts[i] - HORIZON_S, side="left"))
+        hi = int(np.searchsorted(ts_arr, f_ts[i] - MIN_LEAD_S, side="right"))
+        if hi <= lo:
+            continue
+        caught[i] = True
+        leads.append(float(f_ts[i] - ts_arr[lo]))
+        if f_kind[i] == "gpu" and f_gpu[i] >= 0:
+            gpu_caught += 1
+            gpu_right += int(np.any(gpus_by_node[f_node[i]][lo:hi] == f_gpu[i]))
+
+    true_ep = false_ep = late_ep = episodes = 0
+    for node, ts_arr in by_node.items():
+        starts = ts_arr[np.r_[True, np.diff(ts_arr) >= EPISODE_GAP_S]]
+        episodes += len(starts)
+        fails = fail_by_node.get(node, np.empty(0))
+        first_after = np.searchsorted(fails, starts + MIN_LEAD_S, side="left")
+        is_true = (first_after < len(fails)) & (
+            fails[np.minimum(first_after, len(fails) - 1)] <= starts + HORIZON_S
+        ) if len(fails) else np.zeros(len(starts), dtype=bool)
+        any_after = np.searchsorted(fails, starts, side="left")
+        followed = (any_after < len(fails)) & (
+            fails[np.minimum(any_after, len(fails) - 1)] <= starts + HORIZON_S
+        ) if len(fails) else np.zeros(len(starts), dtype=bool)
+        true_ep += int(is_true.sum())
+        false_ep += int((~followed).sum())
+        late_ep += int((followed & ~is_true).sum())
+
+    precursor = failures["precursor_s"].to_numpy(dtype=float) > 0
+    has_precursor_info = bool(failures["precursor_s"].notna().any()) if len(failures) else True
+    node_days = len(trace.meta.nodes) * (trace.meta.end - trace.meta.start) / 86400.0
+    by_kind: dict[str, float | None] = {}
+    for kind in ALERT_KINDS:
+        mask = (failures["kind"] == kind).to_numpy()
+        if mask.any():
+            by_kind[kind] = _ratio(int(caught[mask].sum()), int(mask.sum()))
+    return EvaluationReport(
+        failures=len(failures),
+        failures_with_precursor=int(precursor.sum()),
+        caught=int(caught.sum()),
+        caught_with_precursor=int((caught & precursor).sum()),
+        recall=_ratio(int(caught.sum()), len(failures)),
+        recall_precursor=_ratio(int((caught & precursor).sum()), int(precursor.sum()))
+        if has_precursor_info else None,
+        recall_by_kind=by_kind,
+        alerts=len(alerts),
+        episodes=episodes,
+        true_episodes=true_ep,
+        false_episodes=false_ep,
+        late_episodes=late_ep,
+        precision=_ratio(true_ep, true_ep + false_ep),
+        node_days=round(node_days, 6),
+        false_per_1000_node_days=(1000.0 * false_ep / node_days) if node_days > 0 else None,
+        median_lead_s=float(np.median(leads)) if leads else None,
+        gpu_failures_caught=gpu_caught,
+        gpu_named_right=gpu_right,
+        gpu_accuracy=_ratio(gpu_right, gpu_caught),
+    )
+
+
+def format_value(value: float | None, *, percent: bool = False, seconds: bool = False) -> str:
+    """Human rendering of a figure; undefined figures (no denominator) show as an em dash."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if percent:
+        return f"{value:.3f}"
+    if seconds:
+        return f"{value:,.0f} s ({value / 60:.1f} min)"
+    return f"{value:,.2f}"

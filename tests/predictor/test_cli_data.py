@@ -1,0 +1,121 @@
+"""``foreshock generate-trace`` and ``foreshock evaluate`` end to end through the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from collector.fleet_trace import read_trace
+from predictor import cli_data
+
+SMALL = ["--nodes", "6", "--gpus", "2", "--days", "0.5", "--interval", "60"]
+
+
+@pytest.fixture(scope="module")
+def app() -> typer.Typer:
+    app = typer.Typer()
+    cli_data.register(app)
+    return app
+
+
+@pytest.fixture(scope="module")
+def trace_dir(app: typer.Typer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "trace"
+    result = CliRunner().invoke(app, ["generate-trace", str(out), "--seed", "7", *SMALL,
+                                      "--failure-count", "3", "--repair-scale", "0.05",
+                                      "--mix", "ecc=1,nic=1", "--precursor-share", "ecc=1,nic=1",
+                                      "--set", "stalls_per_day=4"])
+    assert result.exit_code == 0, result.output
+    assert "3 failures" in result.output
+    return out
+
+
+def test_generate_trace_writes_a_readable_labelled_trace(trace_dir: Path) -> None:
+    trace = read_trace(trace_dir, with_failures=True)
+    assert len(trace.meta.nodes) == 6 and trace.meta.gpus_per_node == 2
+    assert trace.failures is not None and len(trace.failures) == 3
+    assert set(trace.failures["kind"]) <= {"gpu", "link"}
+    assert (trace.failures["precursor_s"] > 0).all()
+    meta = json.loads((trace_dir / "meta.json").read_text())
+    assert meta["generator"]["seed"] == 7 and meta["generator"]["stalls_per_day"] == 4.0
+
+
+def test_evaluate_round_trip(app: typer.Typer, trace_dir: Path, tmp_path: Path) -> None:
+    failures = pd.read_csv(trace_dir / "failures.csv")
+    alerts = pd.DataFrame({"ts": failures["ts"] - 1800, "node": failures["node"],
+                           "gpu": failures["gpu"], "kind": failures["kind"], "score": 0.9,
+                           "reason": "sbe rate"})
+    alerts.to_csv(tmp_path / "alerts.csv", index=False)
+    result = CliRunner().invoke(app, ["evaluate", str(trace_dir), "--alerts",
+                                      str(tmp_path / "alerts.csv"), "--json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert figures["recall"] == 1.0 and figures["precision"] == 1.0
+    assert figures["median_lead_s"] == pytest.approx(1800.0)
+    table = CliRunner().invoke(app, ["evaluate", str(trace_dir), "--alerts",
+                                     str(tmp_path / "alerts.csv")])
+    assert table.exit_code == 0 and "recall (with a precursor)" in table.output
+
+
+def test_evaluate_refuses_malformed_alerts(app: typer.Typer, trace_dir: Path,
+                                           tmp_path: Path) -> None:
+    bad = tmp_path / "alerts.csv"
+    bad.write_text("ts,node,gpu,kind,score,reason\nyesterday,node000,,node,0.5,x\n")
+    result = CliRunner().invoke(app, ["evaluate", str(trace_dir), "--alerts", str(bad)])
+    assert result.exit_code == 2
+    assert "alerts.csv" in result.output and "'ts'" in result.output
+
+
+def test_evaluate_refuses_broken_traces(app: typer.Typer, trace_dir: Path,
+                                        tmp_path: Path) -> None:
+    alerts = tmp_path / "alerts.csv"
+    alerts.write_text("ts,node,gpu,kind,score,reason\n")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("meta.json", "gpu.csv.gz"):
+        (broken / name).write_bytes((trace_dir / name).read_bytes())
+    result = CliRunner().invoke(app, ["evaluate", str(broken), "--alerts", str(alerts)])
+    assert result.exit_code == 2 and "failures.csv" in result.output
+    (broken / "failures.csv").write_text("ts,node,gpu,kind,precursor_s\n1,node000,,rack,0\n")
+    result = CliRunner().invoke(app, ["evaluate", str(broken), "--alerts", str(alerts)])
+    assert result.exit_code == 2 and "'kind'" in result.output
+    with gzip.open(broken / "gpu.csv.gz", "wt") as fh:
+        fh.write("ts,node,gpu.temperature\n1,node000,60\n")
+    result = CliRunner().invoke(app, ["evaluate", str(broken), "--alerts", str(alerts)])
+    assert result.exit_code == 2 and "gpu.csv.gz" in result.output and "gpu" in result.output
+
+
+def test_generate_trace_rejects_bad_options(app: typer.Typer, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["generate-trace", str(tmp_path / "x"), "--nodes", "0"])
+    assert result.exit_code != 0 and "nodes" in result.output
+    result = CliRunner().invoke(app, ["generate-trace", str(tmp_path / "x"), "--mix", "ecc"])
+    assert result.exit_code != 0 and "MODE=NUMBER" in result.output
+    result = CliRunner().invoke(app, ["generate-trace", str(tmp_path / "x"), "--set", "bogus=1"])
+    assert result.exit_code != 0 and "bogus" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_evaluate_does_not_care_about_row_order(app: typer.Typer, trace_dir: Path,
+                                                tmp_path: Path) -> None:
+    shuffled = tmp_path / "shuffled"
+    shuffled.mkdir()
+    for path in trace_dir.iterdir():
+        if path.name in ("failures.csv", "gpu.csv.gz"):
+            pd.read_csv(path).iloc[::-1].to_csv(shuffled / path.name, index=False)
+        else:
+            (shuffled / path.name).write_bytes(path.read_bytes())
+    alerts = tmp_path / "alerts.csv"
+    failures = pd.read_csv(trace_dir / "failures.csv")
+    pd.DataFrame({"ts": failures["ts"] - 600, "node": failures["node"], "gpu": failures["gpu"],
+                  "kind": failures["kind"], "score": 0.5, "reason": "x"}).iloc[::-1].to_csv(
+        alerts, index=False)
+    figures = [json.loads(CliRunner().invoke(app, ["evaluate", str(d), "--alerts", str(alerts),
+                                                   "--json"]).output)
+               for d in (trace_dir, shuffled)]
+    assert figures[0] == figures[1] and figures[0]["recall"] == 1.0

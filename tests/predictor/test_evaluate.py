@@ -1,0 +1,159 @@
+"""Scoring of alerts against failures, on small hand-built traces with known answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from collector.fleet_trace import FleetTrace, TraceMeta, empty_frame, write_trace
+from predictor.evaluate import AlertsFormatError, evaluate, read_alerts
+
+T0 = 1_767_225_600.0
+DAY = 86400.0
+H = 3600.0
+
+
+def _trace(failures: list[tuple[float, str, int, str, float]], *, nodes: int = 4,
+           days: float = 10.0) -> FleetTrace:
+    frame = pd.DataFrame(failures, columns=["ts", "node", "gpu", "kind", "precursor_s"])
+    frame["gpu"] = frame["gpu"].astype("int64")
+    return FleetTrace(
+        meta=TraceMeta(start=T0, end=T0 + days * DAY, interval_s=30.0,
+                       nodes=tuple(f"n{i}" for i in range(nodes)), gpus_per_node=8),
+        gpu=empty_frame("gpu.csv.gz"), node=empty_frame("node.csv.gz"),
+        links=empty_frame("links.csv.gz"), events=empty_frame("events.csv"), failures=frame,
+    )
+
+
+def _alerts(rows: list[tuple[float, str, int | None, str]]) -> pd.DataFrame:
+    return pd.DataFrame([(ts, node, gpu, kind, 0.9, "test") for ts, node, gpu, kind in rows],
+                        columns=["ts", "node", "gpu", "kind", "score", "reason"])
+
+
+F = T0 + 2 * DAY  # the failure time used by most cases
+
+
+def test_catch_window_bounds_are_inclusive() -> None:
+    trace = _trace([(F, "n0", 3, "gpu", 1800.0), (F, "n1", -1, "node", 0.0),
+                    (F, "n2", 2, "gpu", 600.0), (F, "n3", -1, "link", 0.0)])
+    alerts = _alerts([
+        (F - 60, "n0", 3, "gpu"),  # exactly 60 s before: caught
+        (F - 59, "n1", None, "node"),  # 59 s before: too late
+        (F - 6 * H, "n2", 2, "gpu"),  # exactly 6 h before: caught
+        (F - 6 * H - 1, "n3", None, "link"),  # just over 6 h: not caught
+    ])
+    r = evaluate(trace, alerts)
+    assert (r.failures, r.caught) == (4, 2)
+    assert r.recall == 0.5
+    assert (r.failures_with_precursor, r.caught_with_precursor, r.recall_precursor) == (2, 2, 1.0)
+    assert r.recall_by_kind == {"gpu": 1.0, "link": 0.0, "node": 0.0}
+    assert r.median_lead_s == pytest.approx((60 + 6 * H) / 2)
+    # n1's alert 59 s before its failure is late, n3's alert 6 h + 1 s before is false.
+    assert (r.episodes, r.true_episodes, r.late_episodes, r.false_episodes) == (4, 2, 1, 1)
+    assert r.precision == pytest.approx(2 / 3)
+    assert r.node_days == pytest.approx(40.0)
+    assert r.false_per_1000_node_days == pytest.approx(1000 / 40)
+
+
+def test_lead_is_from_the_earliest_qualifying_alert_and_gpu_naming() -> None:
+    trace = _trace([(F, "n0", 5, "gpu", 3600.0), (F + DAY, "n1", 2, "gpu", 3600.0)])
+    alerts = _alerts([
+        (F - 8 * H, "n0", 5, "gpu"),  # outside the window: does not set the lead
+        (F - 2 * H, "n0", 1, "gpu"), (F - 1 * H, "n0", 5, "gpu"),  # right GPU named in window
+        (F + DAY - H, "n1", 4, "gpu"),  # wrong GPU
+    ])
+    r = evaluate(trace, alerts)
+    assert r.caught == 2
+    assert r.median_lead_s == pytest.approx((2 * H + H) / 2)
+    assert (r.gpu_failures_caught, r.gpu_named_right, r.gpu_accuracy) == (2, 1, 0.5)
+
+
+def test_episodes_split_at_thirty_minutes() -> None:
+    trace = _trace([(F, "n0", -1, "node", 0.0)])
+    alerts = _alerts([
+        (F - 5 * H, "n0", None, "node"),
+        (F - 5 * H + 29 * 60, "n0", None, "node"),  # < 30 min after the previous row: same episode
+        (F - 5 * H + 29 * 60 + 30 * 60, "n0", None, "node"),  # 30 min later: a new episode
+        (F - 12 * H, "n0", None, "node"),  # long before: false
+    ])
+    r = evaluate(trace, alerts)
+    assert r.episodes == 3
+    assert (r.true_episodes, r.false_episodes) == (2, 1)
+    assert r.precision == pytest.approx(2 / 3)
+
+
+def test_episode_is_judged_from_its_start() -> None:
+    # Rows every 20 min for 8 h form one episode starting 8 h before the failure: false, even
+    # though its later rows catch the failure.
+    trace = _trace([(F, "n0", -1, "node", 0.0)])
+    alerts = _alerts([(F - 8 * H + k * 1200, "n0", None, "node") for k in range(24)])
+    r = evaluate(trace, alerts)
+    assert r.caught == 1
+    assert (r.episodes, r.true_episodes, r.false_episodes) == (1, 0, 1)
+
+
+def test_alerts_on_other_nodes_catch_nothing() -> None:
+    trace = _trace([(F, "n0", 1, "gpu", 900.0)])
+    r = evaluate(trace, _alerts([(F - H, "n1", 1, "gpu")]))
+    assert (r.caught, r.recall, r.false_episodes) == (0, 0.0, 1)
+    assert r.precision == 0.0
+    assert r.median_lead_s is None
+    assert r.gpu_accuracy is None
+
+
+def test_empty_alerts() -> None:
+    trace = _trace([(F, "n0", 1, "gpu", 900.0), (F, "n1", -1, "node", 0.0)])
+    r = evaluate(trace, _alerts([]))
+    assert (r.caught, r.recall, r.episodes, r.false_episodes) == (0, 0.0, 0, 0)
+    assert r.precision is None and r.median_lead_s is None
+    assert r.false_per_1000_node_days == 0.0
+    assert json.loads(r.to_json())["precision"] is None
+
+
+def test_trace_without_failures() -> None:
+    r = evaluate(_trace([]), _alerts([(F, "n0", None, "node")]))
+    assert (r.failures, r.recall, r.recall_precursor, r.false_episodes) == (0, None, None, 1)
+
+
+def test_reads_trace_directory_and_alerts_file(tmp_path: Path) -> None:
+    trace = _trace([(F, "n0", 3, "gpu", 1800.0)])
+    write_trace(tmp_path / "t", trace)
+    path = tmp_path / "alerts.csv"
+    _alerts([(F - H, "n0", 3, "gpu"), (F - 3 * H, "n2", None, "link")]).to_csv(path, index=False)
+    r = evaluate(tmp_path / "t", read_alerts(path))
+    assert (r.caught, r.true_episodes, r.false_episodes, r.gpu_accuracy) == (1, 1, 1, 1.0)
+
+
+@pytest.mark.parametrize(("content", "column"), [
+    ("ts,node,gpu,kind,score\n1,n0,,node,0.5\n", "reason"),
+    ("time,node,gpu,kind,score,reason\n1,n0,,node,0.5,x\n", "ts"),
+    ("ts,node,gpu,kind,score,reason\nsoon,n0,,node,0.5,x\n", "'ts'"),
+    ("ts,node,gpu,kind,score,reason\n1,n0,1.5,gpu,0.5,x\n", "'gpu'"),
+    ("ts,node,gpu,kind,score,reason\n1,n0,,rack,0.5,x\n", "'kind'"),
+    ("ts,node,gpu,kind,score,reason\n1,,,node,0.5,x\n", "'node'"),
+    ("ts,node,gpu,kind,score,reason\n1,n0,,node,high,x\n", "'score'"),
+])
+def test_malformed_alerts_name_file_and_column(tmp_path: Path, content: str, column: str) -> None:
+    path = tmp_path / "alerts.csv"
+    path.write_text(content)
+    with pytest.raises(AlertsFormatError) as err:
+        read_alerts(path)
+    assert str(path) in str(err.value) and column in str(err.value)
+
+
+def test_alerts_for_unknown_nodes_are_refused() -> None:
+    with pytest.raises(AlertsFormatError, match="column 'node' names 'n9'"):
+        evaluate(_trace([]), _alerts([(F, "n9", None, "node")]), source="alerts.csv")
+
+
+def test_empty_or_missing_alerts_file(tmp_path: Path) -> None:
+    with pytest.raises(AlertsFormatError, match="missing"):
+        read_alerts(tmp_path / "nope.csv")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(AlertsFormatError, match="empty"):
+        read_alerts(tmp_path / "empty.csv")
+    (tmp_path / "header.csv").write_text("ts,node,gpu,kind,score,reason\n")
+    assert len(read_alerts(tmp_path / "header.csv")) == 0

@@ -1,0 +1,241 @@
+"""The synthetic fleet generator: reproducible traces whose failures show what they should."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from collector.fleet_trace import read_trace
+from collector.metrics import GPU_COLUMNS, LINK_TRACE_METRICS, NODE_TRACE_METRICS
+from predictor import failure_mix
+from predictor.failure_plan import plan_failures
+from predictor.generator import DETAIL_FILE, GeneratedTrace, generate, write_generated
+from predictor.generator_config import GeneratorConfig
+
+COUNTERS = ("gpu.ecc.sbe", "gpu.ecc.dbe", "gpu.rows.remapped.correctable",
+            "gpu.rows.remapped.uncorrectable", "gpu.pcie.replay", "gpu.nvlink.crc_errors")
+STEPFUN = Path(__file__).resolve().parents[3] / "shared/data/stepfun-fault-trace/fault_trace.json"
+SMALL = {"nodes": 8, "gpus_per_node": 4, "days": 1.0, "interval_s": 60.0}
+
+
+def _precursor_trace(mode: str) -> GeneratedTrace:
+    """Two failures of one mode, each with a 2-hour, typical-strength precursor."""
+    return generate(GeneratorConfig(
+        seed=11, **SMALL, failure_count=2, mix={mode: 1.0}, precursor_share={mode: 1.0},
+        precursor_min_s=7200.0, precursor_max_s=7200.0, intensity_min=1.0, intensity_max=1.0,
+        repair_scale=0.02,
+    ))
+
+
+@pytest.fixture(scope="module")
+def confounded() -> GeneratedTrace:
+    """No failures at all, three times the default confounder rates."""
+    return generate(GeneratorConfig(seed=5, **SMALL, failure_count=0, confounders=3.0,
+                                    cooling_per_rack_day=2.0, app_xid_per_gpu_day=0.2,
+                                    transient_bursts_per_gpu_day=0.1,
+                                    driver_reload_per_node_day=0.2))
+
+
+def test_same_seed_same_trace_other_seed_other_trace() -> None:
+    config = GeneratorConfig(seed=3, **SMALL, failure_count=3)
+    a, b = generate(config).trace, generate(config).trace
+    for name in ("gpu", "node", "links", "events", "failures"):
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))
+    c = generate(GeneratorConfig(seed=4, **SMALL, failure_count=3)).trace
+    assert not a.gpu["gpu.temperature"].equals(c.gpu["gpu.temperature"])
+
+
+def test_written_trace_reads_back_with_every_canonical_column(tmp_path: Path) -> None:
+    generated = generate(GeneratorConfig(seed=1, **SMALL, failure_count=4))
+    write_generated(tmp_path, generated)
+    trace = read_trace(tmp_path, with_failures=True)
+    assert trace.meta.nodes == tuple(f"node{i:03d}" for i in range(8))
+    assert trace.meta.gpus_per_node == 4 and trace.meta.interval_s == 60.0
+    assert list(trace.gpu.columns) == ["ts", "node", "gpu", *GPU_COLUMNS]
+    assert list(trace.node.columns) == ["ts", "node", *NODE_TRACE_METRICS]
+    assert list(trace.links.columns) == ["ts", "src", "dst", *LINK_TRACE_METRICS]
+    assert len(trace.gpu) > 0.8 * 8 * 4 * 1440 * 0.5 and len(trace.links) > 0
+    assert trace.failures is not None and len(trace.failures) == len(generated.plan)
+    assert set(trace.failures["kind"]) <= {"gpu", "link", "node"}
+    assert (trace.failures.loc[trace.failures["kind"] != "gpu", "gpu"] == -1).all()
+    assert trace.gpu["ts"].between(trace.meta.start, trace.meta.end).all()
+    assert trace.gpu.groupby(["node", "gpu"])["ts"].apply(lambda s: s.is_monotonic_increasing).all()
+    for name in ("gpu", "node", "links", "events", "failures"):  # what was written reads back
+        pd.testing.assert_frame_equal(getattr(trace, name), getattr(generated.trace, name),
+                                      check_dtype=False)
+    assert trace.meta == generated.trace.meta
+    detail = pd.read_csv(tmp_path / DETAIL_FILE)
+    assert set(detail["mode"]) <= set(failure_mix.MODES)
+
+
+def test_failure_mix_follows_the_config() -> None:
+    config = GeneratorConfig(seed=2, nodes=3000, days=10.0, failure_count=1000, repair_scale=0.01)
+    plan = plan_failures(config, np.random.default_rng(0))
+    assert len(plan) == 1000
+    counts = Counter(f.mode for f in plan)
+    for mode, weight in config.mode_weights().items():
+        assert abs(counts[mode] / len(plan) - weight) < 0.05, mode
+    sudden = sum(f.precursor_s == 0 for f in plan) / len(plan)
+    assert 0.4 < sudden < 0.85  # most real failures give no warning in telemetry
+    assert all(600 <= f.precursor_s <= 8 * 3600 for f in plan if f.precursor_s > 0)
+    skewed = GeneratorConfig(seed=2, nodes=3000, days=10.0, failure_count=300,
+                             mix={"nic": 3.0, "ecc": 1.0}, repair_scale=0.01)
+    modes = Counter(f.mode for f in plan_failures(skewed, np.random.default_rng(0)))
+    assert set(modes) == {"nic", "ecc"} and modes["nic"] > 2 * modes["ecc"]
+
+
+def test_default_mix_is_grounded_in_both_sources() -> None:
+    mix = failure_mix.default_mix()
+    assert sum(mix.values()) == pytest.approx(1.0)
+    assert mix["ecc"] > mix["thermal"] and mix["node_sudden"] == max(mix.values())
+    assert sum(failure_mix.STEPFUN_COUNTS.values()) == failure_mix.STEPFUN_FAULTS
+    rate = 1000 * failure_mix.STEPFUN_FAULTS / failure_mix.STEPFUN_NODE_DAYS
+    assert 2.0 < rate < 7.0 and GeneratorConfig().failure_rate == pytest.approx(rate, abs=0.1)
+
+
+@pytest.mark.skipif(not STEPFUN.is_file(), reason="StepFun trace not present")
+def test_committed_stepfun_constants_match_the_trace() -> None:
+    counts, quantiles = failure_mix.derive_stepfun(STEPFUN)
+    assert counts == failure_mix.STEPFUN_COUNTS
+    assert quantiles == pytest.approx(failure_mix.REPAIR_HOURS, abs=0.01)
+
+
+def _window(frame: pd.DataFrame, ts: float, before_s: float) -> pd.DataFrame:
+    return frame[(frame["ts"] > ts - before_s) & (frame["ts"] < ts - 60)]
+
+
+def _growth(rows: pd.DataFrame, column: str) -> pd.Series:
+    return rows.groupby(["node", "gpu"])[column].agg(lambda s: s.max() - s.min())
+
+
+@pytest.mark.parametrize("mode", ["ecc", "nvlink", "pcie"])
+def test_counter_precursor_stands_out_before_a_gpu_failure(mode: str) -> None:
+    column = {"ecc": "gpu.ecc.sbe", "nvlink": "gpu.nvlink.crc_errors",
+              "pcie": "gpu.pcie.replay"}[mode]
+    generated = _precursor_trace(mode)
+    trace = generated.trace
+    assert trace.failures is not None and len(trace.failures) == 2
+    for f in trace.failures.itertuples():
+        growth = _growth(_window(trace.gpu, f.ts, 3600), column)
+        failing = growth.pop((f.node, f.gpu))
+        assert failing > 5 * max(growth.max(), 10), (mode, f)
+        codes = set(trace.events.loc[(trace.events["node"] == f.node)
+                                     & (trace.events["ts"].between(f.ts, f.ts + 1)), "code"])
+        assert codes & {"ecc": {48, 94, 95}, "nvlink": {74}, "pcie": {79}}[mode]
+    if mode == "ecc":  # row remaps and XID 63/92 come before the double-bit error
+        f = trace.failures.iloc[0]
+        early = trace.events[(trace.events["node"] == f.node) & (trace.events["ts"] < f.ts)]
+        assert {63, 92} & set(early["code"])
+
+
+def test_thermal_precursor_throttles_and_slows_the_node() -> None:
+    trace = _precursor_trace("thermal").trace
+    assert trace.failures is not None
+    for f in trace.failures.itertuples():
+        rows = _window(trace.gpu, f.ts, 1200)
+        rows = rows[rows["node"] == f.node]
+        hottest = rows.groupby("gpu")["gpu.temperature"].max()
+        assert hottest.idxmax() == f.gpu and hottest[f.gpu] >= 85
+        assert rows.loc[rows["gpu"] == f.gpu, "gpu.throttle.thermal"].max() == 1
+        steps = _window(trace.node, f.ts, 1200)
+        compute = steps.groupby("node")["train.compute.duration"].max()
+        assert compute[f.node] > 1.15 * compute.drop(f.node).median()  # a straggler
+
+
+def test_node_precursors_show_on_every_gpu_of_the_node() -> None:
+    fan = _precursor_trace("fan").trace
+    power = _precursor_trace("power").trace
+    assert fan.failures is not None and power.failures is not None
+    for f in fan.failures.itertuples():
+        temp = _window(fan.gpu, f.ts, 900).groupby("node")["gpu.temperature"].mean()
+        assert temp[f.node] > temp.drop(f.node).max() + 3
+    for f in power.failures.itertuples():
+        flaps = _window(power.gpu, f.ts, 1800).groupby("node")["gpu.throttle.power"].mean()
+        assert flaps[f.node] > 3 * max(flaps.drop(f.node).max(), 0.01)
+
+
+def test_nic_degradation_shows_only_in_link_probes() -> None:
+    trace = _precursor_trace("nic").trace
+    assert trace.failures is not None
+    for f in trace.failures.itertuples():
+        probes = _window(trace.links, f.ts, 3600)
+        touches = (probes["src"] == f.node) | (probes["dst"] == f.node)
+        bw = probes["net.link.bandwidth"]
+        assert bw[touches].mean() < 0.85 * bw[~touches].mean()
+        assert f.kind == "link" and f.gpu == -1
+
+
+def test_failed_nodes_are_absent_during_repair_and_counters_restart() -> None:
+    generated = _precursor_trace("ecc")
+    trace = generated.trace
+    for f in generated.plan:
+        node = f"node{f.node:03d}"
+        rows = trace.gpu[trace.gpu["node"] == node]
+        gone = rows[(rows["ts"] > f.ts + 660) & (rows["ts"] < f.ts + f.repair_s - 60)]
+        assert gone.empty
+        back = rows[(rows["ts"] > f.ts + 660 + f.repair_s) & (rows["gpu"] == f.gpu)]
+        before = rows[(rows["ts"] < f.ts) & (rows["gpu"] == f.gpu)]
+        if len(back):
+            assert back["gpu.ecc.sbe"].iloc[0] < 0.5 * before["gpu.ecc.sbe"].iloc[-1]
+            assert back["gpu.rows.remap.pending"].iloc[0] == 0
+
+
+def test_sudden_failures_have_no_precursor() -> None:
+    config = GeneratorConfig(seed=9, **SMALL, failure_count=4, mix={"pcie": 1.0},
+                             precursor_share={"pcie": 0.0}, repair_scale=0.02)
+    trace = generate(config).trace
+    assert trace.failures is not None and (trace.failures["precursor_s"] == 0).all()
+    for f in trace.failures.itertuples():
+        growth = _growth(_window(trace.gpu, f.ts, 3600), "gpu.pcie.replay")
+        assert growth.get((f.node, f.gpu), 0) < 30
+
+
+def test_confounders_are_present_and_unlabelled(confounded: GeneratedTrace) -> None:
+    trace = confounded.trace
+    assert trace.failures is not None and trace.failures.empty
+    assert {13, 31, 43} & set(trace.events["code"])
+    sbe = _growth(trace.gpu, "gpu.ecc.sbe")
+    assert (sbe >= 20).sum() >= 1  # steady benign single-bit errors on some GPU
+    link_errors = _growth(trace.gpu, "gpu.pcie.replay") + _growth(trace.gpu,
+                                                                  "gpu.nvlink.crc_errors")
+    assert (link_errors >= 20).sum() >= 1  # benign replays/CRC errors, steady or in a burst
+    steps = trace.node.assign(minute=(trace.node["ts"] // 60).astype(int))
+    per_minute = steps.groupby("minute")["train.step.duration"].agg(["min", "count"])
+    median_step = trace.node["train.step.duration"].median()
+    stalled = per_minute[(per_minute["count"] >= 6) & (per_minute["min"] > 3 * median_step)]
+    assert len(stalled) >= 2  # job-wide stalls and checkpoints: every node's step is slow
+    compute = trace.node.groupby("node")["train.compute.duration"].median()
+    assert compute.max() > 1.03 * compute.median()  # a chronically slow, healthy node
+    rack = trace.gpu[trace.gpu["node"].isin(["node000", "node001", "node002", "node003"])]
+    warm = rack.assign(q=(rack["ts"] // 600).astype(int)).groupby(["q", "node"])[
+        "gpu.temperature"].mean().unstack()
+    assert ((warm - warm.median()).min(axis=1) > 3).any()  # a rack warms up together
+    grid = trace.gpu.groupby("node")["ts"].count()
+    assert grid.min() < 1440 * 4  # telemetry gaps
+
+
+def test_counters_only_go_down_by_resetting(confounded: GeneratedTrace) -> None:
+    gpu = confounded.trace.gpu.sort_values(["node", "gpu", "ts"])
+    resets = 0
+    for column in COUNTERS:
+        values = gpu[column].to_numpy()
+        same = (gpu["node"].to_numpy()[1:] == gpu["node"].to_numpy()[:-1]) & (
+            gpu["gpu"].to_numpy()[1:] == gpu["gpu"].to_numpy()[:-1])
+        down = same & (values[1:] < values[:-1])
+        resets += int(down.sum())
+        assert (values[1:][down] <= 10).all(), column  # a reset starts again near 0
+    assert resets > 0
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("nodes", 0), ("interval_s", -1.0), ("failure_rate", -2.0), ("drop_rate", 1.5),
+    ("precursor_max_s", 1.0), ("mix", {"meteor": 1.0}), ("mix", {"ecc": 0.0}),
+    ("precursor_share", {"ecc": 2.0}), ("ts_jitter_s", 100.0),
+])
+def test_bad_config_names_the_field(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        GeneratorConfig(**{field: value})  # type: ignore[arg-type]
