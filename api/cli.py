@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -36,16 +36,38 @@ def serve(
         Path | None, typer.Option(help="A .env file of FORESHOCK_* settings to read first.")
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    workers: Annotated[int, typer.Option(
+        min=1, help="Worker processes (each runs ingest, queries and the background loops). "
+        "More than 1 raises ingest throughput on multi-core machines.")] = 1,
 ) -> None:
     """Run the service: OTLP ingest at /v1/metrics, the query API, scoring, alerts, decisions."""
+    import json
+    import os
+
     import uvicorn
 
     from api.app import create_app
     from api.settings import Settings
+    from collector.store import Store
 
-    overrides = {k: v for k, v in {"db_url": db, "host": host, "port": port}.items() if v is not None}
-    settings = Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    given = {"db_url": db, "host": host, "port": port}
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    settings = Settings(_env_file=env_file, **overrides)
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if workers > 1:
+        # Migrate once here, not racing in every worker; workers rebuild these settings from
+        # the environment through the app factory.
+        Store.open(settings.db_url).close()
+        for name, value in settings.model_dump().items():
+            if value is not None:
+                secret = getattr(value, "get_secret_value", None)
+                value = secret() if secret else value
+                text = json.dumps(value) if isinstance(value, dict | list | tuple) else str(value)
+                os.environ[f"FORESHOCK_{name.upper()}"] = text
+        uvicorn.run("api.app:create_app", factory=True, workers=workers, host=settings.host,
+                    port=settings.port, log_level=log_level, access_log=False)
+        return
     uvicorn.run(
         create_app(settings),
         host=settings.host,

@@ -1,7 +1,87 @@
-"""Commands of this package for the ``foreshock`` CLI (placeholder; its owner fills it in)."""
+"""``foreshock export`` and ``foreshock import``: the store to and from fleet-trace directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
+
+DbOption = Annotated[str, typer.Option(
+    "--db", help="Store URL: sqlite:///path.db or postgresql+psycopg://user@host/db.")]
+JobOption = Annotated[str | None, typer.Option(
+    "--job", help="Only this job (export); the job to file the data under (import).")]
+
+
+def export_trace(
+    trace_dir: Annotated[Path, typer.Argument(help="Directory to write the fleet trace into.")],
+    db: DbOption,
+    start: Annotated[float | None, typer.Option(
+        "--from", help="First timestamp to export (Unix seconds). Default: the oldest.")] = None,
+    end: Annotated[float | None, typer.Option(
+        "--to", help="Last timestamp to export (Unix seconds). Default: the newest.")] = None,
+    job: JobOption = None,
+) -> None:
+    """Write the store's data as a fleet trace (fleet-trace/1)."""
+    from rich.console import Console
+
+    from collector.fleet_trace import write_trace
+    from collector.store import Store
+
+    console = Console(stderr=True)
+    if start is not None and end is not None and end < start:
+        raise typer.BadParameter(f"--to {end} is before --from {start}", param_hint="--to")
+    store = Store.open(db)
+    try:
+        with console.status(f"reading {db} ..."):
+            trace = store.read_trace(job=job, start=start, end=end)
+        with console.status(f"writing {trace_dir} ..."):
+            write_trace(trace_dir, trace)
+    finally:
+        store.close()
+    console.print(f"exported {len(trace.gpu)} GPU samples, {len(trace.node)} node rows, "
+                  f"{len(trace.links)} link probes, {len(trace.events)} events "
+                  f"({len(trace.meta.nodes)} nodes) to {trace_dir}")
+
+
+def import_trace(
+    trace_dir: Annotated[Path, typer.Argument(help="Fleet-trace directory to load.")],
+    db: DbOption,
+    job: JobOption = None,
+) -> None:
+    """Load a fleet trace into the store (failures.csv, the ground truth, is not loaded)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from collector.fleet_trace import TraceFormatError, read_trace
+    from collector.metrics import GPU_COLUMNS
+    from collector.store import Store
+
+    console = Console(stderr=True)
+    try:
+        trace = read_trace(trace_dir)
+    except TraceFormatError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    job = job or str(trace.meta.extra.get("job") or trace_dir.resolve().name)
+    total = int(trace.gpu[[c for c in trace.gpu.columns if c in GPU_COLUMNS
+                           or c.startswith("gpu.")]].notna().sum().sum())
+    total += int(trace.node.iloc[:, 2:].notna().sum().sum()) if len(trace.node) else 0
+    total += int(trace.links.iloc[:, 3:].notna().sum().sum()) if len(trace.links) else 0
+    total += len(trace.events)
+    store = Store.open(db)
+    try:
+        with Progress(TextColumn("[bold]import[/bold] {task.description}"), BarColumn(),
+                      MofNCompleteColumn(), console=console) as progress:
+            task = progress.add_task(f"{trace_dir} -> job {job}", total=total)
+            written = store.write_trace(trace, job=job,
+                                        progress=lambda n: progress.advance(task, n))
+    finally:
+        store.close()
+    console.print(f"imported {written} points into job {job!r}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this package's commands to ``app``."""
+    app.command("export")(export_trace)
+    app.command("import")(import_trace)

@@ -51,9 +51,15 @@ class GpuSample(Base):
 
     __tablename__ = "gpu_samples"
 
-    entity_id: Mapped[int] = mapped_column(ForeignKey("entities.id"), primary_key=True)
+    # No foreign key on the hot tables (gpu_samples, points, rollups): the write path takes ids
+    # from entities/series it has just created, and a per-row check would halve PostgreSQL's
+    # insert rate.
+    entity_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     ts: Mapped[float] = mapped_column(Float, primary_key=True)
     locals().update(_gpu_columns())
+
+    # The primary key is the row's only index; on SQLite the rows live in it (no rowid copy).
+    __table_args__ = {"sqlite_with_rowid": False}  # noqa: RUF012
 
 
 class Series(Base):
@@ -70,7 +76,8 @@ class Series(Base):
     stat: Mapped[str] = mapped_column(String(16), default="")
     """'' for gauges and sums; ``sum``, ``count``, ``min`` or ``max`` for histogram parts."""
     kind: Mapped[str] = mapped_column(String(16))
-    """``gauge``, ``cumulative``, ``delta`` or ``histogram``."""
+    """``gauge``, ``cumulative``, ``delta``, ``histogram`` (cumulative), ``delta_histogram``,
+    ``summary``, or ``rollup`` for the per-column series of ``gpu_samples`` that rollups use."""
     unit: Mapped[str] = mapped_column(String(32), default="")
     attrs: Mapped[str] = mapped_column(Text, default="{}")
     """JSON object of the point attributes that are not entity attributes (``op``, ``kernel``)."""
@@ -81,9 +88,11 @@ class Point(Base):
 
     __tablename__ = "points"
 
-    series_id: Mapped[int] = mapped_column(ForeignKey("series.id"), primary_key=True)
+    series_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     ts: Mapped[float] = mapped_column(Float, primary_key=True)
     value: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = {"sqlite_with_rowid": False}  # noqa: RUF012
 
 
 class Event(Base):
@@ -97,4 +106,38 @@ class Event(Base):
     kind: Mapped[str] = mapped_column(String(32))
     code: Mapped[int | None] = mapped_column(Integer)
 
-    __table_args__ = (Index("ix_events_ts", "ts"), Index("ix_events_entity_ts", "entity_id", "ts"))
+    __table_args__ = (
+        Index("ix_events_ts", "ts"),
+        # Unique so that a retried OTLP request does not record the same XID twice.
+        Index("ix_events_entity_ts", "entity_id", "ts", "kind", "code", unique=True),
+    )
+
+
+class Rollup(Base):
+    """One minute of one series after raw retention: min, max, mean and last value.
+
+    ``gpu_samples`` columns roll up into series of kind ``rollup`` (one per GPU and column), so
+    every rolled-up minute, wide or narrow, is found the same way.
+    """
+
+    __tablename__ = "rollups"
+
+    series_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ts: Mapped[float] = mapped_column(Float, primary_key=True)
+    """Start of the minute (Unix seconds, a multiple of 60)."""
+    min: Mapped[float] = mapped_column(Float)
+    max: Mapped[float] = mapped_column(Float)
+    mean: Mapped[float] = mapped_column(Float)
+    last: Mapped[float] = mapped_column(Float)
+    count: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = {"sqlite_with_rowid": False}  # noqa: RUF012
+
+
+class MaintenanceState(Base):
+    """Watermarks of the maintenance loop: ``rolled_up_to`` and ``raw_kept_from`` (Unix s)."""
+
+    __tablename__ = "maintenance_state"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[float] = mapped_column(Float)

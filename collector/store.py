@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
+
+from collector.writer import Writer, WriteResult
+
+if TYPE_CHECKING:
+    from collector.fleet_trace import FleetTrace
+    from collector.otlp import Batch
 
 DEFAULT_URL = "sqlite:///foreshock.db"
 
@@ -41,6 +48,7 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.writer = Writer(engine)
 
     @classmethod
     def open(cls, url: str = DEFAULT_URL, *, migrate: bool = True) -> Store:
@@ -61,6 +69,27 @@ class Store:
         """A session that commits on success and rolls back on error."""
         with self.sessions() as session, session.begin():
             yield session
+
+    def write(self, batch: Batch, *, max_series_per_job: int | None = None) -> WriteResult:
+        """Store a flattened OTLP batch; committed (durable) when this returns."""
+        return self.writer.write(batch, max_series_per_job=max_series_per_job)
+
+    def read_trace(self, *, job: str | None = None, start: float | None = None,
+                   end: float | None = None) -> FleetTrace:
+        """The store's data (of ``job``, in ``[start, end]``) as fleet-trace frames."""
+        from collector.trace_io import read_store_trace
+
+        return read_store_trace(self, job=job, start=start, end=end)
+
+    def write_trace(self, trace: FleetTrace, *, job: str,
+                    progress: Callable[[int], None] | None = None) -> int:
+        """Load a fleet trace's frames as data of ``job``; returns the points written.
+
+        ``progress`` is called with the points of each chunk as it is committed.
+        """
+        from collector.trace_io import write_store_trace
+
+        return write_store_trace(self, trace, job=job, progress=progress)
 
     def close(self) -> None:
         self.engine.dispose()

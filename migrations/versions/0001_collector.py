@@ -29,9 +29,11 @@ def upgrade() -> None:
     )
     op.create_table(
         "gpu_samples",
-        sa.Column("entity_id", sa.Integer, sa.ForeignKey("entities.id"), primary_key=True),
+        # No foreign keys on the hot tables (see collector/schema.py).
+        sa.Column("entity_id", sa.Integer, primary_key=True),
         sa.Column("ts", sa.Float, primary_key=True),
         *[sa.Column(m.column, sa.Float) for m in GPU_METRICS],
+        sqlite_with_rowid=False,
     )
     op.create_table(
         "series",
@@ -48,9 +50,10 @@ def upgrade() -> None:
     )
     op.create_table(
         "points",
-        sa.Column("series_id", sa.Integer, sa.ForeignKey("series.id"), primary_key=True),
+        sa.Column("series_id", sa.Integer, primary_key=True),
         sa.Column("ts", sa.Float, primary_key=True),
         sa.Column("value", sa.Float, nullable=False),
+        sqlite_with_rowid=False,
     )
     op.create_table(
         "events",
@@ -61,9 +64,27 @@ def upgrade() -> None:
         sa.Column("code", sa.Integer),
     )
     op.create_index("ix_events_ts", "events", ["ts"])
-    op.create_index("ix_events_entity_ts", "events", ["entity_id", "ts"])
+    op.create_index("ix_events_entity_ts", "events", ["entity_id", "ts", "kind", "code"],
+                    unique=True)
+    op.create_table(
+        "rollups",
+        sa.Column("series_id", sa.Integer, primary_key=True),
+        sa.Column("ts", sa.Float, primary_key=True),
+        sa.Column("min", sa.Float, nullable=False),
+        sa.Column("max", sa.Float, nullable=False),
+        sa.Column("mean", sa.Float, nullable=False),
+        sa.Column("last", sa.Float, nullable=False),
+        sa.Column("count", sa.Integer, nullable=False),
+        sqlite_with_rowid=False,
+    )
+    op.create_table(
+        "maintenance_state",
+        sa.Column("name", sa.String(64), primary_key=True),
+        sa.Column("value", sa.Float, nullable=False),
+    )
 
 
 def downgrade() -> None:
-    for table in ("events", "points", "series", "gpu_samples", "entities"):
+    for table in ("maintenance_state", "rollups", "events", "points", "series", "gpu_samples",
+                  "entities"):
         op.drop_table(table)

@@ -1,7 +1,19 @@
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import AggregationTemporality, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
 
+from collector.fleet_trace import read_trace
+from collector.store import Store
+from tests.collector.otlp_builder import RequestBuilder
 from tests.conftest import LiveServer
 
 
@@ -10,4 +22,88 @@ def test_serve_answers_health_and_openapi(live_server, sqlite_url: str) -> None:
     assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
     spec = httpx.get(f"{server.url}/openapi.json").json()
     assert spec["info"]["title"] == "Foreshock"
+    for path in ("/v1/metrics", "/api/v1/series", "/api/v1/query_range", "/api/v1/latest"):
+        assert path in spec["paths"]
     assert Path(sqlite_url.split("///", 1)[1]).exists()
+
+
+def test_otel_sdk_exporter_to_live_service_then_query_api_and_export(
+        live_server, store_url: str, tmp_path: Path) -> None:
+    server: LiveServer = live_server(store_url)
+    exporter = OTLPMetricExporter(endpoint=f"{server.url}/v1/metrics", timeout=10,
+                                  preferred_temporality={Histogram: AggregationTemporality.DELTA})
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)
+    provider = MeterProvider(metric_readers=[reader], resource=Resource.create(
+        {"job": "llm", "node": "node-07", "rank": 3}))
+    meter = provider.get_meter("test")
+
+    def temperatures(_options: CallbackOptions) -> list[Observation]:
+        return [Observation(71.0 + g, {"gpu": g, "gpu.uuid": f"GPU-{g}"}) for g in range(2)]
+
+    meter.create_observable_gauge("gpu.temperature", [temperatures], unit="Cel")
+    step = meter.create_histogram("train.collective.duration", unit="s")
+    for d in (0.1, 0.3):
+        step.record(d, {"op": "all_reduce"})
+    provider.shutdown()  # one final collection and export, like a finishing training job
+
+    api = f"{server.url}/api/v1"
+    latest = httpx.get(f"{api}/latest", params={"metric": "gpu.temperature", "job": "llm"}).json()
+    assert [(v["labels"]["gpu"], v["value"]) for v in latest] == [(0, 71.0), (1, 72.0)]
+    assert latest[0]["labels"]["node"] == "node-07"
+    r = httpx.get(f"{api}/query_range", params={"metric": "train.collective.duration",
+                                                "stat": "sum", "node": "node-07"}).json()
+    [series] = r["series"]
+    assert series["labels"]["rank"] == 3 and series["labels"]["op"] == "all_reduce"
+    assert series["points"][0][1] == 0.4
+    listed = httpx.get(f"{api}/series", params={"job": "llm"}).json()
+    assert {"gpu.temperature", "train.collective.duration"} <= {s["metric"] for s in listed}
+
+    out = tmp_path / "exported"
+    done = subprocess.run([sys.executable, "-m", "api", "export", str(out), "--db", store_url,
+                           "--job", "llm"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    trace = read_trace(out)
+    assert trace.gpu["gpu.temperature"].tolist() == [71.0, 72.0]
+    assert trace.node["train.collective.duration"].tolist() == [0.2]
+    assert trace.meta.nodes == ("node-07",)
+
+
+def test_every_acknowledged_point_survives_kill_9(live_server, store_url: str) -> None:
+    server: LiveServer = live_server(store_url)
+    acked: list[float] = []
+    stop = threading.Event()
+    t0 = float(int(time.time()) - 86400)
+
+    def send(worker: int) -> None:
+        i = 0
+        with httpx.Client(timeout=5) as http:
+            while not stop.is_set():
+                ts = t0 + worker * 10_000 + i
+                b = RequestBuilder(job="crash", node=f"w{worker}").gauge(
+                    "gpu.temperature", [(ts, 50.0, {"gpu": g}) for g in range(64)])
+                try:
+                    r = http.post(f"{server.url}/v1/metrics", content=b.bytes(),
+                                  headers={"content-type": "application/x-protobuf"})
+                except httpx.HTTPError:
+                    return  # the service died mid-request: this one was never acknowledged
+                if r.status_code == 200 and not r.content:  # no partial_success: all stored
+                    acked.append(ts)
+                i += 1
+
+    senders = [threading.Thread(target=send, args=(w,)) for w in range(2)]
+    for s in senders:
+        s.start()
+    while len(acked) < 40:
+        time.sleep(0.05)
+    server.stop(kill=True)
+    stop.set()
+    for s in senders:
+        s.join(10)
+    restarted: LiveServer = live_server(store_url)
+    restarted.stop()
+    store = Store.open(store_url)
+    gpu = store.read_trace(job="crash").gpu
+    store.close()
+    stored = gpu.groupby("ts")["gpu"].count()
+    missing = [ts for ts in acked if stored.get(ts, 0) != 64]
+    assert not missing, f"{len(missing)} of {len(acked)} acknowledged requests lost"

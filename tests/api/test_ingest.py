@@ -1,0 +1,139 @@
+import gzip
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from google.protobuf import json_format
+from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceResponse,
+)
+
+from api.app import create_app
+from api.settings import Settings
+from collector.store import Store
+from tests.collector.otlp_builder import RequestBuilder, gpu_sample
+
+PB = {"content-type": "application/x-protobuf"}
+JS = {"content-type": "application/json"}
+
+
+def _client(db_url: str) -> Iterator[TestClient]:
+    settings = Settings(db_url=db_url, max_body_bytes=64 * 1024, maintenance_interval_s=3600)
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+@pytest.fixture
+def client(store_url: str) -> Iterator[TestClient]:
+    yield from _client(store_url)
+
+
+@pytest.fixture
+def sqlite_client(sqlite_url: str) -> Iterator[TestClient]:
+    """Request validation happens before the store: one database is enough."""
+    yield from _client(sqlite_url)
+
+
+def _gpu_rows(c: TestClient) -> int:
+    store: Store = c.app.state.store  # type: ignore[attr-defined]
+    return len(store.read_trace().gpu)
+
+
+def test_protobuf_json_and_gzip_bodies_are_stored(client: TestClient) -> None:
+    now = time.time()
+    r = client.post("/v1/metrics", content=gpu_sample(now, job="j", node="a").bytes(), headers=PB)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/x-protobuf"
+    assert not ExportMetricsServiceResponse.FromString(r.content).HasField("partial_success")
+    body = json_format.MessageToJson(gpu_sample(now, job="j", node="b").request)
+    r = client.post("/v1/metrics", content=body, headers=JS)
+    assert r.status_code == 200 and r.json() == {}
+    gzipped = gzip.compress(gpu_sample(now, job="j", node="c").bytes())
+    r = client.post("/v1/metrics", content=gzipped, headers={**PB, "content-encoding": "gzip"})
+    assert r.status_code == 200
+    gpu = client.app.state.store.read_trace(job="j").gpu  # type: ignore[attr-defined]
+    assert sorted(set(gpu["node"])) == ["a", "b", "c"] and len(gpu) == 6
+
+
+def test_bad_points_are_counted_in_partial_success_and_the_rest_stored(client: TestClient) -> None:
+    now = time.time()
+    b = RequestBuilder(job="j", node="a").gauge("gpu.temperature", [
+        (now, 60.0, {"gpu": 0}), (now, float("nan"), {"gpu": 1}),
+        (now + 7200, 61.0, {"gpu": 2}), (now, 62.0, {"gpu": "three"})])
+    r = client.post("/v1/metrics", content=json_format.MessageToJson(b.request), headers=JS)
+    assert r.status_code == 200
+    partial = r.json()["partialSuccess"]
+    assert partial["rejectedDataPoints"] == "3"
+    for reason in ("not finite", "in the future", "attribute 'gpu' must be"):
+        assert reason in partial["errorMessage"]
+    assert _gpu_rows(client) == 1
+
+
+@pytest.mark.parametrize(("body", "headers", "status", "message"), [
+    (b"\x0a\xff\xff", PB, 400, "malformed OTLP protobuf"),
+    (b"{oops", JS, 400, "malformed OTLP JSON"),
+    (b"not gzip", {**PB, "content-encoding": "gzip"}, 400, "not gzip"),
+    (b"x" * (65 * 1024), PB, 413, "exceeds max_body_bytes=65536"),
+    (gzip.compress(b"\0" * (2 * 1024 * 1024)), {**PB, "content-encoding": "gzip"}, 413,
+     "decompressed body exceeds max_body_bytes"),
+    (b"a=1", {"content-type": "text/plain"}, 415, "Content-Type 'text/plain' is not supported"),
+    (b"", {**PB, "content-encoding": "br"}, 415, "Content-Encoding 'br' is not supported"),
+])
+def test_bad_requests_get_a_status_naming_the_problem_and_change_nothing(
+        sqlite_client: TestClient, body: bytes, headers: dict[str, str], status: int, message: str
+) -> None:
+    client = sqlite_client
+    client.post("/v1/metrics", content=gpu_sample(time.time(), job="j", node="a").bytes(),
+                headers=PB)
+    r = client.post("/v1/metrics", content=body, headers=headers)
+    assert r.status_code == status
+    if r.headers["content-type"] == "application/x-protobuf":
+        text = Status.FromString(r.content).message
+    else:
+        text = r.json()["message"]
+    assert message in text
+    assert _gpu_rows(client) == 2
+    assert client.get("/healthz").status_code == 200
+
+
+def test_ingest_token_is_required_when_configured(sqlite_url: str) -> None:
+    settings = Settings(db_url=sqlite_url, ingest_token="s3cret")
+    body = gpu_sample(time.time(), job="j", node="a").bytes()
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/v1/metrics", content=body, headers=PB)
+        assert r.status_code == 401 and "Bearer" in r.json()["detail"]
+        r = c.post("/v1/metrics", content=body, headers={**PB, "authorization": "Bearer nope"})
+        assert r.status_code == 401
+        r = c.post("/v1/metrics", content=body, headers={**PB, "authorization": "Bearer s3cret"})
+        assert r.status_code == 200 and _gpu_rows(c) == 2
+
+
+def test_series_over_the_job_limit_are_refused_with_a_clear_message(sqlite_url: str) -> None:
+    settings = Settings(db_url=sqlite_url, max_series_per_job=2)
+    now = time.time()
+    b = RequestBuilder(job="big", node="a").gauge(
+        "app.latency", [(now, 1.0, {"route": f"/r{i}"}) for i in range(4)])
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/v1/metrics", content=json.dumps(json_format.MessageToDict(b.request)),
+                   headers=JS)
+    partial = r.json()["partialSuccess"]
+    assert partial["rejectedDataPoints"] == "2"
+    assert "job 'big' reached max_series_per_job=2" in partial["errorMessage"]
+
+
+def test_a_lost_database_answers_503_so_the_exporter_retries(pg_url: str) -> None:
+    import psycopg
+
+    from tests.conftest import PG_ADMIN_DSN
+
+    body = gpu_sample(time.time(), job="j", node="a").bytes()
+    with TestClient(create_app(Settings(db_url=pg_url, maintenance_interval_s=3600))) as c:
+        assert c.post("/v1/metrics", content=body, headers=PB).status_code == 200
+        name = pg_url.rsplit("/", 1)[1]
+        with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        r = c.post("/v1/metrics", content=body, headers=PB)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert "store unavailable, retry" in Status.FromString(r.content).message

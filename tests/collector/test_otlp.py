@@ -1,0 +1,106 @@
+import json
+import time
+
+import pytest
+from google.protobuf import json_format
+
+from collector.otlp import GPU_INDEX, FlattenCache, OtlpDecodeError, decode, flatten
+from tests.collector.otlp_builder import RequestBuilder, gpu_sample
+
+NOW = time.time()
+
+
+def _flat(b: RequestBuilder):
+    return flatten(b.request, now=NOW, max_future_s=300.0)
+
+
+def test_gpu_metrics_merge_into_one_row_per_gpu_and_time() -> None:
+    batch = _flat(gpu_sample(NOW, gpus=2, job="j", node="n1"))
+    assert batch.accepted == 6 and batch.rejected == 0
+    assert len(batch.gpu) == 2
+    (pos, ts), row = next(iter(batch.gpu.items()))
+    entity = batch.entities[pos]
+    assert entity[:5] == ("j", "n1", None, 0, None) and entity[5] == "GPU-n1-0"
+    assert ts == pytest.approx(NOW)
+    assert row[GPU_INDEX["gpu.temperature"]] == 60.0
+    assert row[GPU_INDEX["gpu.ecc.sbe"]] == 0.0
+    assert row[GPU_INDEX["gpu.utilization"]] is None
+
+
+def test_entity_rules_for_train_net_and_other_metrics() -> None:
+    b = RequestBuilder(node="n2", rank=5)  # no job: "default"
+    b.gauge("train.step.duration", [(NOW, 1.5, {})])
+    b.gauge("net.link.latency", [(NOW, 1e-5, {"peer": "n3"})])
+    b.gauge("my.queue.depth", [(NOW, 7.0, {"queue": "a"})])
+    batch = _flat(b)
+    series = {batch.series[pos][1]: batch.series[pos] for pos, _ts in batch.points}
+    assert series["train.step.duration"][0][:5] == ("default", "n2", 5, None, None)
+    assert series["net.link.latency"][0][:5] == ("default", "n2", None, None, "n3")
+    other = series["my.queue.depth"]
+    assert other[0][:5] == ("default", "n2", 5, None, None)
+    assert json.loads(other[5]) == {"queue": "a"}
+
+
+def test_histograms_become_sum_count_min_max_and_xid_becomes_an_event() -> None:
+    b = RequestBuilder(job="j", node="n1", rank=0)
+    b.histogram("train.collective.duration", [(NOW, 2.0, 4, {"op": "all_reduce"})])
+    b.gauge("gpu.xid", [(NOW, 79, {"gpu": 3})])
+    batch = _flat(b)
+    stats = {batch.series[pos][2]: v for (pos, _ts), v in batch.points.items()}
+    assert stats == {"count": 4.0, "sum": 2.0, "min": 0.5, "max": 0.5}
+    assert batch.accepted == 2
+    [(pos, _ts, kind, code)] = batch.events
+    entity = batch.entities[pos]
+    assert (entity[1], entity[3], kind, code) == ("n1", 3, "xid", 79)
+
+
+@pytest.mark.parametrize(("points", "message"), [
+    ([(NOW, float("nan"), {"gpu": 0})], "gpu.temperature: value nan is not finite"),
+    ([(NOW, float("inf"), {"gpu": 0})], "gpu.temperature: value inf is not finite"),
+    ([(NOW + 86400, 50.0, {"gpu": 0})], "is 86400 s in the future"),
+    ([(NOW, 50.0, {"gpu": "zero"})], "attribute 'gpu' must be a non-negative integer"),
+    ([(NOW, 50.0, {"gpu": 1.5})], "attribute 'gpu' must be a non-negative integer"),
+    ([(NOW, 50.0, {})], "missing the 'gpu' attribute"),
+])
+def test_bad_points_are_rejected_with_a_reason_and_the_rest_kept(points, message) -> None:
+    b = RequestBuilder(job="j", node="n1")
+    b.gauge("gpu.temperature", [(NOW, 61.0, {"gpu": 1}), *points])
+    batch = _flat(b)
+    assert (batch.accepted, batch.rejected) == (1, 1)
+    assert message in batch.error_message()
+
+
+def test_wrong_resource_attribute_type_rejects_its_points() -> None:
+    b = RequestBuilder(job="j", node=17)
+    b.gauge("gpu.temperature", [(NOW, 61.0, {"gpu": 1})])
+    batch = _flat(b)
+    assert batch.rejected == 1 and "'node' must be a string" in batch.error_message()
+
+
+def test_json_and_protobuf_decode_to_the_same_request() -> None:
+    b = gpu_sample(NOW, job="j", node="n1")
+    as_json = json_format.MessageToJson(b.request).encode()
+    assert decode(as_json, "application/json") == decode(b.bytes(), "application/x-protobuf")
+
+
+@pytest.mark.parametrize(("body", "media", "message"), [
+    (b"\x0a\xff\xff\xff", "application/x-protobuf", "malformed OTLP protobuf"),
+    (b"{not json", "application/json", "malformed OTLP JSON"),
+    (b'{"resourceMetrics": 5}', "application/json", "malformed OTLP JSON"),
+])
+def test_malformed_bodies_raise_a_decode_error_naming_the_format(body, media, message) -> None:
+    with pytest.raises(OtlpDecodeError, match=message):
+        decode(body, media)
+
+
+def test_a_shared_cache_gives_the_same_batch_as_a_cold_one() -> None:
+    cache = FlattenCache()
+    b = gpu_sample(NOW, gpus=3, job="j", node="n1")
+    b.histogram("train.collective.duration", [(NOW, 2.0, 4, {"op": "all_reduce"})])
+    b.gauge("app.x", [(NOW, 1.0, {"gpu": "bad"}), (NOW, 2.0, {"k": "v"})])
+    cold = flatten(b.request, now=NOW, max_future_s=300.0)
+    for _ in range(2):
+        warm = flatten(b.request, now=NOW, max_future_s=300.0, cache=cache)
+        assert (warm.entities, warm.series, warm.gpu, warm.points) == (
+            cold.entities, cold.series, cold.gpu, cold.points)
+        assert (warm.accepted, warm.rejected, warm.errors) == (11, 1, cold.errors)

@@ -1,0 +1,43 @@
+from sqlalchemy import text
+
+from collector.rollup import roll_up_and_expire
+from collector.store import Store
+from tests.collector.test_store import T0, small_trace
+
+
+def _count(store: Store, table: str) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())
+
+
+def test_raw_points_become_minute_rollups_then_expire(store_url: str) -> None:
+    store = Store.open(store_url)
+    store.write_trace(small_trace(steps=30), job="j")  # 300 s: minutes T0-20 ... T0+280
+    newest = T0 + 290
+    report = roll_up_and_expire(store, now=newest + 1e6, raw_retention_s=100,
+                                rollup_retention_s=10_000)
+    assert report.deleted_raw_before == T0 + 160  # whole minutes older than newest - 100 s
+    trace = store.read_trace()
+    assert trace.gpu["ts"].min() == T0 + 160 and len(trace.gpu) == 14 * 4
+    with store.engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT r.ts, r.min, r.max, r.mean, r.last, r.count FROM rollups r "
+            "JOIN series s ON s.id = r.series_id JOIN entities e ON e.id = s.entity_id "
+            "WHERE s.name = 'gpu.temperature' AND e.node = 'n0' AND e.gpu = 0 ORDER BY r.ts"
+        )).all()
+    # gpu 0 of n0 reads 60 + i at T0 + 10 i.
+    assert [tuple(r) for r in rows] == [
+        (T0 - 20, 60.0, 63.0, 61.5, 63.0, 4), (T0 + 40, 64.0, 69.0, 66.5, 69.0, 6),
+        (T0 + 100, 70.0, 75.0, 72.5, 75.0, 6)]
+    assert _count(store, "rollups") > 0 and _count(store, "events") == 2
+
+    # Running again changes nothing; once the rollup retention passes, they go too.
+    again = roll_up_and_expire(store, now=newest, raw_retention_s=100, rollup_retention_s=10_000)
+    assert again.rolled_up_rows == 0
+    store.write_trace(small_trace(t0=T0 + 20_000, steps=5), job="j")
+    roll_up_and_expire(store, now=T0 + 20_000, raw_retention_s=100, rollup_retention_s=10_000)
+    assert _count(store, "events") == 2  # the new trace's two XIDs; the old ones expired
+    with store.engine.connect() as conn:
+        oldest = conn.execute(text("SELECT MIN(ts) FROM rollups")).scalar()
+    assert oldest is None or oldest >= T0 + 10_000
+    store.close()
