@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
@@ -27,7 +28,7 @@ from collector.store import Store
 
 log = logging.getLogger("foreshock")
 
-BackgroundLoop = Callable[[FastAPI], Awaitable[None]]
+BackgroundLoop = Callable[[FastAPI], Coroutine[Any, Any, None]]
 
 # Each loop runs for the service's lifetime; each logs and carries on after its own errors.
 BACKGROUND_LOOPS: tuple[BackgroundLoop, ...] = (maintenance.run, scoring.run, webhooks.run)

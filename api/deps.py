@@ -12,15 +12,15 @@ from collector.store import Store
 
 
 def get_settings(request: Request) -> Settings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+    return request.app.state.settings
 
 
 def get_store(request: Request) -> Store:
-    return request.app.state.store  # type: ignore[no-any-return]
+    return request.app.state.store
 
 
 def get_http(request: Request) -> httpx.AsyncClient:
-    return request.app.state.http  # type: ignore[no-any-return]
+    return request.app.state.http
 
 
 def _check_bearer(request: Request, expected: str, what: str) -> None:

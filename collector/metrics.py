@@ -1,4 +1,4 @@
-"""The canonical metric catalogue of ../shared/metrics.md: names, units, kinds and storage columns."""
+"""The canonical metric catalogue of ../shared/metrics.md: names, units, kinds, columns."""
 
 from __future__ import annotations
 
