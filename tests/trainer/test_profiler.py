@@ -1,0 +1,53 @@
+"""StepProfiler: one step in N is profiled, summarized off the training thread into the top-k
+ops by total time."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from trainer.profiler import StepProfiler
+
+
+def test_schedule_profiles_one_step_in_n() -> None:
+    prof = StepProfiler(every_steps=50, top_k=5, cuda=False, first_step=20)
+    assert [s for s in range(200) if prof.should_profile(s)] == [20, 70, 120, 170]
+    assert not any(StepProfiler(every_steps=0, top_k=5, cuda=False).should_profile(s)
+                   for s in range(100))
+
+
+def test_profiled_step_is_summarized_off_the_training_thread() -> None:
+    prof = StepProfiler(every_steps=1, top_k=3, cuda=False, first_step=0)
+    summarizers: list[str] = []
+    original = prof._summarize
+
+    def spy(p: object) -> None:
+        summarizers.append(threading.current_thread().name)
+        original(p)
+
+    prof._summarize = spy  # type: ignore[method-assign]
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    prof.start()
+    for _ in range(20):
+        a @ b
+    torch.relu(a)
+    prof.stop()
+    prof.join()
+    assert summarizers == ["foreshock-profile"]
+    top = prof.take()
+    assert len(top) == 3
+    names = [k for k, _ in top]
+    assert names[0] == "aten::mm"  # the heaviest op comes first
+    assert all(s > 0 for _, s in top)
+    assert [s for _, s in top] == sorted((s for _, s in top), reverse=True)
+    assert prof.take() == []  # each summary is exported once
+    assert prof.profiled_steps == 1
+
+
+def test_bad_settings_name_the_field() -> None:
+    with pytest.raises(ValueError, match="profile_every_steps"):
+        StepProfiler(every_steps=-1, top_k=3, cuda=False)
+    with pytest.raises(ValueError, match="profile_top_k"):
+        StepProfiler(every_steps=10, top_k=0, cuda=False)
