@@ -11,6 +11,9 @@ compute duration and a train.collective.duration histogram, 4 link probes x band
 overwritten. Bytes per point = the database's size on disk (SQLite file after a WAL checkpoint;
 PostgreSQL tables with indexes and TOAST) / acknowledged points; also given for the sample tables
 alone (``gpu_samples`` and ``points``), which is what a long run converges to.
+
+Points per CPU-second of the service's processes (workers, not the PostgreSQL server) is printed
+beside the wall-clock rate: on a shared machine it says what the code costs, whatever the load.
 """
 
 from __future__ import annotations
@@ -167,6 +170,28 @@ def _start(db_url: str, workers: int, log: Path) -> tuple[subprocess.Popen[bytes
     raise SystemExit(f"service did not start:\n{log.read_text()}")
 
 
+def _tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its live descendants (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    tree, total, grew = {pid}, 0.0, True
+    while grew:
+        before = len(tree)
+        tree |= {p for p, (ppid, _) in stats.items() if ppid in tree}
+        grew = len(tree) > before
+    for p in tree:
+        total += stats.get(p, (0, 0.0))[1]
+    return total
+
+
 def run(db: str, *, seconds: float, senders: int, workers: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="foreshock-bench-"))
     pg_name = f"foreshock_bench_{uuid.uuid4().hex[:8]}"
@@ -187,6 +212,8 @@ def run(db: str, *, seconds: float, senders: int, workers: int) -> None:
                                                   t0_ns, queue)) for i in range(senders)]
         for p in procs:
             p.start()
+        time.sleep(max(0.0, start_at - time.time()))
+        cpu0 = _tree_cpu_s(proc.pid)
         results = [queue.get(timeout=seconds + 300) for _ in procs]
         for p in procs:
             p.join()
@@ -194,6 +221,7 @@ def run(db: str, *, seconds: float, senders: int, workers: int) -> None:
         rejected = sum(r[1] for r in results)
         requests = sum(r[2] for r in results)
         elapsed = max(r[3] for r in results) - start_at
+        service_cpu = _tree_cpu_s(proc.pid) - cpu0
     finally:
         proc.terminate()
         proc.wait(30)
@@ -216,9 +244,13 @@ def run(db: str, *, seconds: float, senders: int, workers: int) -> None:
             conn.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
     shutil.rmtree(tmp, ignore_errors=True)
     samples = sizes.get("gpu_samples", 0) + sizes.get("points", 0)
+    load = os.getloadavg()[0]
     print(f"{db:10s} workers={workers} senders={senders}: {requests} requests, "
           f"{acked:,} points acknowledged ({rejected} rejected) in {elapsed:.1f} s = "
-          f"{acked / elapsed:,.0f} points/s; {size / max(acked, 1):.1f} bytes on disk per point "
+          f"{acked / elapsed:,.0f} points/s (load average {load:.1f}; "
+          f"{acked / max(service_cpu, 1e-9):,.0f} points per CPU-second of the service's "
+          f"processes{', not counting the PostgreSQL server' if db != 'sqlite' else ''}); "
+          f"{size / max(acked, 1):.1f} bytes on disk per point "
           f"({size / 2**20:.1f} MiB in all; {samples / max(acked, 1):.1f} bytes per point in the "
           f"sample tables, without the series catalogue that a longer run amortizes)", flush=True)
 

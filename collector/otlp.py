@@ -25,6 +25,7 @@ N_GPU = len(GPU_METRICS)
 
 _MAX_ERRORS = 5
 _NO_RECORDED_VALUE = 1  # DataPointFlags.FLAG_NO_RECORDED_VALUE
+_STALE = b"no recorded value"  # memo marker of a point flagged FLAG_NO_RECORDED_VALUE
 
 Entity = tuple[str, str, int | None, int | None, str | None, str | None]
 """``(job, node, rank, gpu, peer, gpu_uuid)``; the first five identify it."""
@@ -149,7 +150,7 @@ class _Flattener:
         self.cache = cache
         self.new_entries = 0
         # (resource, metric or family) -> attribute bytes -> position in this batch
-        self.memo: dict[tuple[int, str], dict[bytes, int | str]] = {}
+        self.memo: dict[tuple[int, str], dict[bytes, int | str | bytes]] = {}
 
     def reject_ts(self, ts_ns: int, metric: str) -> str:
         if ts_ns <= 0:
@@ -236,11 +237,12 @@ class _Flattener:
                 if ref is None:
                     ref = known[key] = self.resolve(resource, dp, name, family, kind, unit)
                     self.new_entries += 1
-                pos = memo[key] = self.position(ref)
+                # The flags are encoded after the attributes, so they are part of the key.
+                pos = memo[key] = (_STALE if dp.flags & _NO_RECORDED_VALUE
+                                   else self.position(ref))
             # value - value is 0.0 exactly when the value is finite (NaN and inf give NaN).
-            if (pos.__class__ is str or value - value != 0.0 or not 0 < ts_ns <= latest_ok
-                    or dp.flags & _NO_RECORDED_VALUE):
-                if dp.flags & _NO_RECORDED_VALUE:
+            if pos.__class__ is not int or value - value != 0.0 or not 0 < ts_ns <= latest_ok:
+                if pos is _STALE:
                     continue  # a staleness marker, not a value
                 if pos.__class__ is str:
                     batch.reject(pos)
@@ -252,14 +254,14 @@ class _Flattener:
             ts = ts_ns / 1e9
             if col is not None:
                 key2 = (pos, ts)
-                row = gpu.get(key2)  # type: ignore[arg-type]
+                row = gpu.get(key2)
                 if row is None:
-                    row = gpu[key2] = [None] * N_GPU  # type: ignore[index]
+                    row = gpu[key2] = [None] * N_GPU
                 row[col] = float(value)
             elif family == "xid":
-                batch.events.add((pos, ts, "xid", int(value)))  # type: ignore[arg-type]
+                batch.events.add((pos, ts, "xid", int(value)))
             else:
-                out[(pos, ts)] = float(value)  # type: ignore[index]
+                out[(pos, ts)] = float(value)
             accepted += 1
         batch.accepted += accepted
 
@@ -270,47 +272,65 @@ class _Flattener:
         family = _family(name, None)
         if family == "xid":
             family = "other"
-        memo_key = (rpos, name + "\0" + kind + "\0" + unit)
-        known = self.cache.memo(memo_key)
-        memo = self.memo.setdefault(memo_key, {})
-        optional = ("sum",) if kind == "summary" else ("sum", "min", "max")
-        batch, isfinite = self.batch, math.isfinite
+        known = self.cache.memo((rpos, name + "\0" + kind + "\0" + unit))
+        # attribute bytes (+ the stats present when not all are) -> positions of the stats
+        memo: dict[bytes, tuple[int, ...] | str] = {}
+        full = ("count", "sum") if kind == "summary" else ("count", "sum", "min", "max")
+        batch, out, latest_ok = self.batch, self.batch.points, self.latest_ok_ns
+        accepted = 0
         for dp in points:  # type: ignore[attr-defined]
             if dp.flags & _NO_RECORDED_VALUE:
                 continue
-            stats: dict[str, float] = {"count": float(dp.count)}
-            for stat in optional:
-                if kind == "summary" or dp.HasField(stat):
-                    stats[stat] = getattr(dp, stat)
-            bad = [s for s, v in stats.items() if not isfinite(v)]
-            if bad:
-                batch.reject(f"{name}: {kind} {bad[0]} is not finite")
-                continue
+            names: tuple[str, ...] = full
+            if kind == "summary":
+                values: tuple[float, ...] = (float(dp.count), dp.sum)
+            elif dp.HasField("sum") and dp.HasField("min") and dp.HasField("max"):
+                values = (float(dp.count), dp.sum, dp.min, dp.max)
+            else:
+                names = ("count", *(s for s in full[1:] if dp.HasField(s)))
+                values = (float(dp.count), *(getattr(dp, s) for s in names[1:]))
+            total = sum(values)
+            if total - total != 0.0:  # some value is NaN or infinite (or the sum overflowed)
+                bad = [s for s, v in zip(names, values, strict=True) if not math.isfinite(v)]
+                if bad:
+                    batch.reject(f"{name}: {kind} {bad[0]} is not finite")
+                    continue
             ts_ns = dp.time_unix_nano
-            if ts_ns > self.latest_ok_ns or ts_ns <= 0:
+            if not 0 < ts_ns <= latest_ok:
                 batch.reject(self.reject_ts(ts_ns, name))
                 continue
             attr_key = b"".join([kv.SerializeToString() for kv in dp.attributes])
-            positions = []
-            for stat in stats:
-                key = attr_key + b"\0" + stat.encode()
-                pos = memo.get(key)
-                if pos is None:
-                    ref = known.get(key)
-                    if ref is None:
-                        ref = known[key] = self.resolve(
-                            resource, dp, name, family, kind, unit, stat)
-                        self.new_entries += 1
-                    pos = memo[key] = self.position(ref)
-                positions.append(pos)
-            error = next((p for p in positions if isinstance(p, str)), None)
-            if error is not None:
-                batch.reject(error)
+            mkey = attr_key if names is full else attr_key + b"\0" + "|".join(names).encode()
+            positions = memo.get(mkey)
+            if positions is None:
+                positions = memo[mkey] = self.stat_positions(
+                    resource, dp, attr_key, names, known,
+                    name=name, family=family, kind=kind, unit=unit)
+            if positions.__class__ is str:
+                batch.reject(positions)
                 continue
             ts = ts_ns / 1e9
-            for pos, v in zip(positions, stats.values(), strict=True):
-                batch.points[(pos, ts)] = v  # type: ignore[index]
-            batch.accepted += 1
+            for pos, v in zip(positions, values, strict=True):
+                out[(pos, ts)] = v  # type: ignore[index]
+            accepted += 1
+        batch.accepted += accepted
+
+    def stat_positions(self, resource: dict[str, object], dp: object, attr_key: bytes,
+                       names: tuple[str, ...], known: dict[bytes, Entity | SeriesRef | str], *,
+                       name: str, family: str, kind: str, unit: str) -> tuple[int, ...] | str:
+        """Positions of the series of each stat in ``names``, or why the point is rejected."""
+        positions: list[int] = []
+        for stat in names:
+            key = attr_key + b"\0" + stat.encode()
+            ref = known.get(key)
+            if ref is None:
+                ref = known[key] = self.resolve(resource, dp, name, family, kind, unit, stat)
+                self.new_entries += 1
+            pos = self.position(ref)
+            if isinstance(pos, str):
+                return pos
+            positions.append(pos)
+        return tuple(positions)
 
 
 _ENTITY_KEYS = frozenset({"job", "node", "rank", "gpu", "peer", "gpu.uuid"})
