@@ -37,6 +37,12 @@ class Settings(BaseSettings):
         30.0, gt=0, description="How often the service scores entities with fresh data.")
     model_path: Path | None = Field(
         None, description="skops model file; None uses the model shipped with Foreshock.")
+    score_window_s: float = Field(
+        6 * 3600.0, gt=0, description="History read at start-up to warm the feature windows.")
+    alert_fire_at: float | None = Field(
+        None, ge=0, le=1, description="Risk that opens an alert; None: the predictor's default.")
+    alert_persist_s: float | None = Field(
+        None, ge=0, description="Seconds a risk must persist before an alert opens; None: default.")
 
     # --- alerts (alerts issue) ---
     admin_token: SecretStr | None = Field(

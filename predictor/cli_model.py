@@ -1,7 +1,108 @@
-"""Placeholder; its owner fills it in."""
+"""``foreshock model fit`` and ``foreshock backtest``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
+model_app = typer.Typer(help="Fit and inspect risk models.", no_args_is_help=True)
+
+
+@model_app.command("fit")
+def fit(
+    traces: Annotated[list[Path], typer.Argument(
+        help="Fleet-trace directories, each with failures.csv (the labels).")],
+    out: Annotated[Path, typer.Option(help="Where to write the skops model file.")],
+    horizon_h: Annotated[float, typer.Option(
+        help="Label horizon: a row is positive when its entity fails within this many hours.")
+    ] = 6.0,
+    every: Annotated[float, typer.Option(
+        help="Replay period in trace seconds (one training row per entity per period).")] = 300.0,
+    keep_healthy: Annotated[float, typer.Option(
+        help="Share of healthy rows kept for training (the prior is corrected for it).")] = 0.08,
+    seed: Annotated[int, typer.Option(help="Random seed of sampling and boosting.")] = 0,
+) -> None:
+    """Train the risk model on labelled fleet traces and save it with skops."""
+    from rich.console import Console
+
+    from predictor.dataset import LabelConfig
+    from predictor.model import FitConfig
+    from predictor.training import fit_traces
+
+    console = Console(stderr=True)
+    try:
+        labels = LabelConfig(horizon_s=horizon_h * 3600, keep_healthy=keep_healthy, every_s=every)
+        with console.status("replaying traces") as status:
+            model = fit_traces(traces, labels=labels, config=FitConfig(seed=seed),
+                               progress=lambda s: status.update(f"replayed {s}"))
+    except ValueError as exc:  # TraceFormatError is a ValueError and names file and column
+        raise typer.BadParameter(str(exc)) from exc
+    model.save(out)
+    console.print(f"wrote {out} (model {model.version}; kinds {', '.join(model.kinds)})")
+
+
+@model_app.command("info")
+def info(model: Annotated[Path, typer.Argument(help="A skops model file.")]) -> None:
+    """Print a model's version, horizon and features."""
+    from predictor.model import ModelFormatError, RiskModel
+
+    try:
+        m = RiskModel.load(model)
+    except ModelFormatError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    typer.echo(f"version {m.version}; horizon {m.horizon_s / 3600:g} h")
+    for kind, km in m.kinds.items():
+        typer.echo(f"{kind}: {len(km.features)} features: {', '.join(km.features)}")
+
+
+def backtest(
+    trace: Annotated[Path, typer.Argument(help="Fleet-trace directory to replay.")],
+    alerts_out: Annotated[Path, typer.Option(help="Where to write alerts.csv.")],
+    model: Annotated[str | None, typer.Option(
+        help="skops model file, or 'rules' for the DCGM-style threshold baseline. "
+             "Default: the model shipped with Foreshock.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="Also draw risk timelines to this PNG (failures marked if failures.csv exists).")
+    ] = None,
+    every: Annotated[float, typer.Option(help="Scoring period in trace seconds.")] = 300.0,
+) -> None:
+    """Replay a trace through the online scoring path and write the alerts it would raise.
+
+    failures.csv is never read while predicting (only --plot reads it, afterwards).
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from collector.fleet_trace import read_trace
+    from predictor import backtest as bt
+    from predictor.model import ModelFormatError
+    from predictor.scorer import load_model
+
+    console = Console(stderr=True)
+    try:
+        data = read_trace(trace)
+        scorer_model = load_model(model)
+    except (ValueError, ModelFormatError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    with Progress(TextColumn("backtest"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeRemainingColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("ticks", total=None)
+        result = bt.run(data, scorer_model, every_s=every,
+                        progress=lambda i, n: bar.update(task, completed=i, total=n))
+    bt.write_alerts(result.alerts, alerts_out)
+    nodes = result.alerts["node"].nunique()
+    console.print(f"wrote {alerts_out}: {len(result.alerts)} alert rows on {nodes} nodes "
+                  f"over {result.ticks} ticks (model {result.model_version})")
+    if plot is not None:
+        from predictor.plots import plot_backtest
+
+        plot_backtest(result, trace, plot)
+        console.print(f"wrote {plot}")
+
 
 def register(app: typer.Typer) -> None:
-    """Add these commands to ``app``."""
+    """Add ``model`` (fit, info) and ``backtest`` to ``app``."""
+    app.add_typer(model_app, name="model")
+    app.command("backtest")(backtest)

@@ -1,0 +1,98 @@
+"""Backtests: replay a trace in time order through the online scoring path and the alert
+policy, and write ``alerts.csv`` as ../shared/fleet-trace.md says.
+
+The backtest never reads ``failures.csv`` and at each scoring instant sees only rows at or
+before it (``predictor.replay``); an alert row is written at every tick while a node's alert
+is firing, so a long-lived alert still counts for a failure that comes late.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from collector.fleet_trace import FleetTrace
+from predictor.hysteresis import AlertPolicy, PolicyConfig
+from predictor.replay import DEFAULT_EVERY_S, replay, ticks
+from predictor.scorer import Model, Scorer
+
+ALERT_COLUMNS: tuple[str, ...] = ("ts", "node", "gpu", "kind", "score", "reason")
+
+RULES_POLICY = PolicyConfig(fire_at=0.5, fire_now_at=0.5, persist_s=0.0, resolve_below=0.5,
+                            resolve_after_s=0.0)
+"""Threshold rules alarm as soon as a line is crossed and clear as soon as it is not."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BacktestResult:
+    """What a backtest produced."""
+
+    alerts: pd.DataFrame
+    """``ALERT_COLUMNS``; ``gpu`` is -1 for link and node alerts."""
+    timeline: pd.DataFrame
+    """``ts,node,risk``: each node's highest entity risk at every tick (for plots)."""
+    model_version: str
+    ticks: int
+
+
+def policy_for(model: Model) -> PolicyConfig:
+    """The default alert policy of ``model`` (the rules baseline gets no hysteresis)."""
+    from predictor.rules import RulesModel
+
+    return RULES_POLICY if isinstance(model, RulesModel) else PolicyConfig()
+
+
+def run(trace: FleetTrace, model: Model, *, every_s: float = DEFAULT_EVERY_S,
+        policy: PolicyConfig | None = None,
+        progress: Callable[[int, int], None] | None = None) -> BacktestResult:
+    """Replay ``trace`` and return the alerts the service would have raised."""
+    trace = FleetTrace(meta=trace.meta, gpu=trace.gpu, node=trace.node, links=trace.links,
+                       events=trace.events, failures=None)  # labels never reach the scorer
+    scorer = Scorer(model)
+    alerts = AlertPolicy(config=policy or policy_for(model))
+    rows: list[tuple[float, str, int, str, float, str]] = []
+    timeline: list[pd.DataFrame] = []
+    total = len(ticks(trace, every_s))
+    for i, feats in enumerate(replay(trace, every_s=every_s)):
+        risks = scorer.score(feats)
+        for tr in alerts.step(risks, feats.t):
+            if tr.action == "resolve":
+                continue
+            where = f"link {tr.node}->{tr.peer}: " if tr.kind == "link" else ""
+            rows.append((tr.ts, tr.node, -1 if tr.gpu is None else tr.gpu, tr.kind,
+                         round(tr.risk, 4), where + "; ".join(tr.signals)))
+        if len(risks):
+            top = risks.groupby("node", sort=False)["risk"].max()
+            timeline.append(pd.DataFrame({"ts": feats.t, "node": top.index, "risk": top.values}))
+        if progress is not None:
+            progress(i + 1, total)
+    frame = pd.DataFrame(rows, columns=list(ALERT_COLUMNS))
+    frame = frame.sort_values(["ts", "node"], kind="stable").reset_index(drop=True)
+    tl = pd.concat(timeline, ignore_index=True) if timeline else pd.DataFrame(
+        columns=["ts", "node", "risk"])
+    return BacktestResult(alerts=frame, timeline=tl, model_version=model.version,
+                          ticks=total)
+
+
+def write_alerts(alerts: pd.DataFrame, path: Path | str) -> None:
+    """``alerts.csv`` with an empty ``gpu`` cell for link and node alerts."""
+    out = alerts.copy()
+    out["gpu"] = [("" if g < 0 else str(int(g))) for g in out["gpu"].to_numpy()]
+    out["ts"] = out["ts"].map(lambda v: f"{v:.3f}")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    out.to_csv(path, index=False, columns=list(ALERT_COLUMNS))
+
+
+def truncate(trace: FleetTrace, t: float) -> FleetTrace:
+    """The trace as it stood at ``t`` (for no-look-ahead checks)."""
+    cut = trace.until(t)
+    meta = type(trace.meta)(start=trace.meta.start, end=min(trace.meta.end, t),
+                            interval_s=trace.meta.interval_s, nodes=trace.meta.nodes,
+                            gpus_per_node=trace.meta.gpus_per_node, extra=trace.meta.extra)
+    return FleetTrace(meta=meta, gpu=cut.gpu, node=cut.node, links=cut.links, events=cut.events)
+
+
+__all__ = ["ALERT_COLUMNS", "BacktestResult", "run", "truncate", "write_alerts"]

@@ -1,0 +1,254 @@
+"""Turning stream windows into feature frames: rates, trends and peer deviations.
+
+Each feature carries a monotone prior (+1: more of it can only mean more risk, -1: less, 0: no
+prior) that the model is constrained to respect, so that a generator or fleet it never saw
+cannot teach it, say, that faster ECC growth is safer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from predictor.streams import TAU_NAMES
+
+if TYPE_CHECKING:
+    from predictor.features import FeatureEngine, Features
+
+COUNTER_NAMES: tuple[str, ...] = ("sbe", "dbe", "remap_corr", "remap_unc", "pcie", "nvlink")
+
+GPU_FEATURES: dict[str, int] = {
+    **{f"{c}_rate_{w}": 1 for c in COUNTER_NAMES for w in TAU_NAMES},
+    "temp_5m": 1, "temp_dev": 1, "temp_trend_dev": 1, "memtemp_dev": 1, "memtemp_trend_dev": 1,
+    "clock_dev": -1, "clock_trend_dev": -1, "power_dev": 0,
+    "throttle_thermal_5m": 1, "throttle_thermal_1h": 1, "throttle_thermal_dev": 1,
+    "throttle_power_dev": 0, "remap_pending_5m": 1,
+    "xid_mem_5m": 1, "xid_mem_1h": 1, "xid_mem_6h": 1, "xid_nvlink_1h": 1, "xid_nvlink_6h": 1,
+    "xid_bus_1h": 1, "xid_other_1h": 1,
+    "gap_frac_1h": 0, "stale_intervals": 0, "node_compute_z": 1, "node_compute_trend_z": 1,
+}
+"""GPU feature name -> monotone prior."""
+
+NODE_FEATURES: dict[str, int] = {
+    "step_z": 1, "compute_z": 1, "collective_z": 0, "step_trend_z": 1, "compute_trend_z": 1,
+    "compute_z_6h": 0,
+    "link_bw_med_z": -1, "link_bw_min_z": -1, "link_bw_trend_med_z": -1,
+    "link_bw_trend_min_z": -1, "link_lat_med_z": 1, "link_lat_max_z": 1,
+    "link_lat_trend_med_z": 1, "xid_node_1h": 1, "xid_node_6h": 1, "node_stale_intervals": 0,
+    "node_temp_dev": 1, "node_temp_trend_dev": 1, "node_throttle_power_dev": 1,
+    "node_power_cv_dev": 1, "fleet_hot_frac": -1, "fleet_bw_low_frac": -1,
+}
+LINK_FEATURES: dict[str, int] = {
+    "bw_z": -1, "bw_trend_z": -1, "lat_z": 1, "lat_trend_z": 1,
+    "node_bw_med_z": -1, "node_bw_trend_med_z": -1, "node_lat_med_z": 1, "peer_bw_med_z": 0,
+    "fleet_bw_low_frac": -1,
+}
+FEATURES_BY_KIND: dict[str, dict[str, int]] = {
+    "gpu": GPU_FEATURES, "node": NODE_FEATURES, "link": LINK_FEATURES}
+
+Z_CLIP = 50.0
+
+
+def robust_z(x: np.ndarray, *, floor: float, groups: np.ndarray | None = None) -> np.ndarray:
+    """(x - median) / max(1.4826 MAD, floor), over all rows or within ``groups``."""
+    if len(x) == 0:
+        return x
+    if groups is None:
+        med = np.nanmedian(x) if np.isfinite(x).any() else np.nan
+        mad = np.nanmedian(np.abs(x - med)) if np.isfinite(x).any() else np.nan
+    else:
+        med = group_median(x, groups)
+        mad = group_median(np.abs(x - med), groups)
+    scale = np.maximum(np.nan_to_num(1.4826 * mad, nan=floor), floor)
+    return np.clip((x - med) / scale, -Z_CLIP, Z_CLIP)
+
+
+def group_median(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Median of ``x`` over rows with the same group, broadcast back to the rows."""
+    if len(x) == 0:
+        return x
+    return np.asarray(pd.Series(x).groupby(groups).transform("median"), dtype=np.float64)
+
+
+def _log(x: np.ndarray, low: float) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log(np.maximum(x, low))
+
+
+def build(engine: FeatureEngine, t: float, *, stale_s: float) -> Features:
+    from predictor.features import Features
+
+    nominal = engine.interval_s or 30.0
+    node = _node_frame(engine, t, stale_s, nominal)
+    gpu = _gpu_frame(engine, t, stale_s, nominal, node)
+    link, aggregates = _link_frame(engine, t, stale_s)
+    gpu_agg = _gpu_node_aggregates(engine, t, stale_s)
+    aggregates = aggregates.join(gpu_agg, how="outer") if len(aggregates) else gpu_agg
+    if len(aggregates):
+        node = node.drop(columns=[c for c in aggregates.columns if c in node.columns])
+        node = node.merge(aggregates, how="outer", left_on="node", right_index=True)
+    live_nodes = pd.Index(pd.unique(np.r_[gpu["node"].to_numpy(dtype=object),
+                                          node["node"].to_numpy(dtype=object)]))
+    node = node.set_index("node").reindex(live_nodes).rename_axis("node").reset_index()
+    # Many nodes degraded at once is a shared cause (a congested leaf switch, a rack's
+    # cooling), not many parts failing together: say how widespread each pattern is.
+    bw_low = _share(node.get("link_bw_med_z"), lambda z: z < -3.0)
+    node["fleet_hot_frac"] = _share(node.get("node_temp_dev"), lambda d: d > 4.0)
+    node["fleet_bw_low_frac"] = bw_low
+    if len(link):
+        link["fleet_bw_low_frac"] = bw_low
+    node = node.reindex(columns=["node", *NODE_FEATURES])
+    return Features(t=t, gpu=gpu, node=node, link=link)
+
+
+def _share(values: pd.Series | None, test: Callable[[np.ndarray], np.ndarray]) -> float:
+    """Share of nodes (with a value) for which ``test`` holds."""
+    if values is None:
+        return float("nan")
+    v = values.to_numpy(dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(np.mean(test(v))) if len(v) else float("nan")
+
+
+def _gpu_node_aggregates(engine: FeatureEngine, t: float, stale_s: float) -> pd.DataFrame:
+    """Whole-node GPU behaviour against the other nodes: a failing fan heats every GPU of its
+    node, a sagging power supply makes every GPU's power swing and throttle."""
+    w = engine.gpus.windows(t)
+    live = np.flatnonzero(w.last_ts >= t - stale_s)
+    if not len(live):
+        return pd.DataFrame(index=pd.Index([], name="node"))
+    codes = np.asarray(engine.gpus.keys.index, dtype=np.int64)[live] // 4096
+    m = w.mean[live]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = np.maximum(m[:, 0, -1] - m[:, 0, 3] ** 2, 0.0)
+        cv = np.sqrt(var) / m[:, 0, 3]
+    per_gpu = pd.DataFrame({"code": codes, "temp": m[:, 0, 0], "trend": m[:, 0, 0] - m[:, 2, 0],
+                            "thr_p": m[:, 0, 5], "cv": cv})
+    node = per_gpu.groupby("code").median()
+    out = pd.DataFrame({
+        "node_temp_dev": node["temp"] - node["temp"].median(),
+        "node_temp_trend_dev": node["trend"] - node["trend"].median(),
+        "node_throttle_power_dev": node["thr_p"] - node["thr_p"].median(),
+        "node_power_cv_dev": node["cv"] - node["cv"].median(),
+    })
+    out.index = pd.Index(engine.node_names.names(node.index.to_numpy(dtype=np.int64)), name="node")
+    return out
+
+
+def _gpu_frame(engine: FeatureEngine, t: float, stale_s: float, nominal: float,
+               node: pd.DataFrame) -> pd.DataFrame:
+    w = engine.gpus.windows(t)
+    live = np.flatnonzero(w.last_ts >= t - stale_s)
+    keys = np.asarray(engine.gpus.keys.index, dtype=np.int64)[live]
+    codes = keys // 4096
+    f: dict[str, np.ndarray] = {}
+    rate = np.log1p(w.rate_per_h[live])
+    for c, name in enumerate(COUNTER_NAMES):
+        for k, tn in enumerate(TAU_NAMES):
+            f[f"{name}_rate_{tn}"] = rate[:, k, c]
+    m = w.mean[live]
+    temp5, temp6 = m[:, 0, 0], m[:, 2, 0]
+    f["temp_5m"] = temp5
+    f["temp_dev"] = temp5 - group_median(temp5, codes)
+    f["temp_trend_dev"] = (temp5 - temp6) - group_median(temp5 - temp6, codes)
+    mt5, mt6 = m[:, 0, 1], m[:, 2, 1]
+    f["memtemp_dev"] = mt5 - group_median(mt5, codes)
+    f["memtemp_trend_dev"] = (mt5 - mt6) - group_median(mt5 - mt6, codes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        clk5, clk6 = m[:, 0, 2], m[:, 2, 2]
+        f["clock_dev"] = clk5 / group_median(clk5, codes) - 1.0
+        trend = clk5 / clk6 - 1.0
+        f["clock_trend_dev"] = trend - group_median(trend, codes)
+        f["power_dev"] = m[:, 0, 3] / group_median(m[:, 0, 3], codes) - 1.0
+    f["throttle_thermal_5m"] = m[:, 0, 4]
+    f["throttle_thermal_1h"] = m[:, 1, 4]
+    f["throttle_thermal_dev"] = m[:, 0, 4] - group_median(m[:, 0, 4], codes)
+    f["throttle_power_dev"] = m[:, 0, 5] - group_median(m[:, 0, 5], codes)
+    f["remap_pending_5m"] = m[:, 0, 6]
+    xid = engine.gpu_events.counts_for(keys, t)  # gpus x taus x (mem, nvlink, bus, other)
+    f["xid_mem_5m"], f["xid_mem_1h"], f["xid_mem_6h"] = xid[:, 0, 0], xid[:, 1, 0], xid[:, 2, 0]
+    f["xid_nvlink_1h"], f["xid_nvlink_6h"] = xid[:, 1, 1], xid[:, 2, 1]
+    f["xid_bus_1h"], f["xid_other_1h"] = xid[:, 1, 2], xid[:, 1, 3]
+    f["gap_frac_1h"] = w.gap_frac[live, 1]
+    f["stale_intervals"] = (t - w.last_ts[live]) / nominal
+    names = engine.node_names.names(codes)
+    by_node = node.set_index("node")
+    for col, src in (("node_compute_z", "compute_z"), ("node_compute_trend_z", "compute_trend_z")):
+        f[col] = by_node[src].reindex(names).to_numpy(dtype=np.float64) if len(by_node) else (
+            np.full(len(live), np.nan))
+    frame = pd.DataFrame({"node": names, "gpu": keys % 4096, **f})
+    return frame.reindex(columns=["node", "gpu", *GPU_FEATURES])
+
+
+def _node_frame(engine: FeatureEngine, t: float, stale_s: float,
+                nominal: float) -> pd.DataFrame:
+    w = engine.nodes.windows(t)
+    live = np.flatnonzero(w.last_ts >= t - stale_s)
+    codes = np.asarray(engine.nodes.keys.index, dtype=np.int64)[live]
+    m = _log(w.mean[live], 1e-9)
+    f: dict[str, np.ndarray] = {}
+    for j, name in enumerate(("step", "compute", "collective")):
+        f[f"{name}_z"] = robust_z(m[:, 0, j], floor=0.02)
+    f["step_trend_z"] = robust_z(m[:, 0, 0] - m[:, 2, 0], floor=0.02)
+    f["compute_trend_z"] = robust_z(m[:, 0, 1] - m[:, 2, 1], floor=0.02)
+    f["compute_z_6h"] = robust_z(m[:, 2, 1], floor=0.02)
+    f["node_stale_intervals"] = (t - w.last_ts[live]) / nominal
+    names = engine.node_names.names(codes)
+    all_codes = engine.node_names.codes(names) if len(names) else codes
+    xid = engine.node_events.counts_for(all_codes, t).sum(axis=2)
+    f["xid_node_1h"], f["xid_node_6h"] = xid[:, 1], xid[:, 2]
+    frame = pd.DataFrame({"node": names, **f})
+    # Nodes with node-level XIDs but no training rows still deserve a row.
+    ev_codes = np.asarray(engine.node_events.keys.index, dtype=np.int64)
+    extra = np.setdiff1d(ev_codes, codes)
+    if len(extra):
+        xe = engine.node_events.counts_for(extra, t).sum(axis=2)
+        frame = pd.concat([frame, pd.DataFrame({
+            "node": engine.node_names.names(extra), "xid_node_1h": xe[:, 1],
+            "xid_node_6h": xe[:, 2]})], ignore_index=True)
+        frame = frame[(frame["xid_node_6h"].fillna(0) > 0.01) | frame["node"].isin(names)]
+    return frame
+
+
+def _link_frame(engine: FeatureEngine, t: float,
+                stale_s: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    w = engine.links.windows(t)
+    live = np.flatnonzero(w.last_ts >= t - stale_s)
+    columns = ["src", "dst", "node", "peer", *LINK_FEATURES]
+    if len(live) == 0:
+        return pd.DataFrame(columns=columns), pd.DataFrame()
+    keys = np.asarray(engine.links.keys.index, dtype=np.int64)[live]
+    src, dst = keys // 1_000_000, keys % 1_000_000
+    bw, lat = _log(w.mean[live, :, 0], 1.0), _log(w.mean[live, :, 1], 1e-9)
+    f = {
+        "bw_z": robust_z(bw[:, 0], floor=0.05),
+        "bw_trend_z": robust_z(bw[:, 0] - bw[:, 2], floor=0.05),
+        "lat_z": robust_z(lat[:, 0], floor=0.05),
+        "lat_trend_z": robust_z(lat[:, 0] - lat[:, 2], floor=0.05),
+    }
+    both = pd.DataFrame({"code": np.r_[src, dst], **{k: np.r_[v, v] for k, v in f.items()}})
+    g = both.groupby("code")
+    agg = pd.DataFrame({
+        "link_bw_med_z": g["bw_z"].median(), "link_bw_min_z": g["bw_z"].min(),
+        "link_bw_trend_med_z": g["bw_trend_z"].median(),
+        "link_bw_trend_min_z": g["bw_trend_z"].min(),
+        "link_lat_med_z": g["lat_z"].median(), "link_lat_max_z": g["lat_z"].max(),
+        "link_lat_trend_med_z": g["lat_trend_z"].median(),
+    })
+    med_src = agg["link_bw_med_z"].reindex(src).to_numpy()
+    med_dst = agg["link_bw_med_z"].reindex(dst).to_numpy()
+    # A degraded NIC drags down every link of its node; point the link at the worse endpoint.
+    at_src = ~(np.nan_to_num(med_dst, nan=np.inf) < np.nan_to_num(med_src, nan=np.inf))
+    node_code, peer_code = np.where(at_src, src, dst), np.where(at_src, dst, src)
+    f["node_bw_med_z"] = agg["link_bw_med_z"].reindex(node_code).to_numpy()
+    f["node_bw_trend_med_z"] = agg["link_bw_trend_med_z"].reindex(node_code).to_numpy()
+    f["node_lat_med_z"] = agg["link_lat_med_z"].reindex(node_code).to_numpy()
+    f["peer_bw_med_z"] = agg["link_bw_med_z"].reindex(peer_code).to_numpy()
+    names = engine.node_names.names
+    link = pd.DataFrame({"src": names(src), "dst": names(dst), "node": names(node_code),
+                         "peer": names(peer_code), **f}).reindex(columns=columns)
+    agg.index = pd.Index(names(agg.index.to_numpy(dtype=np.int64)), name="node")
+    return link, agg

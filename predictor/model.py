@@ -1,0 +1,186 @@
+"""The learned risk model: gradient-boosted trees with monotone priors, calibrated
+probabilities, a lead-time table, top-signal attribution, and skops files (never pickle).
+
+One classifier per entity kind (GPU, node, link). Each feature's monotone prior (see
+``feature_frames``) is enforced, so on fleets unlike the training data the model can only
+extrapolate in the direction domain knowledge allows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import sklearn
+import skops.io as sio
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.ensemble import HistGradientBoostingClassifier
+
+from predictor.feature_frames import FEATURES_BY_KIND
+from predictor.signals import explain
+
+FORMAT = "foreshock-model/1"
+LEAD_EDGES = np.array([0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0001])
+DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "default.skops"
+
+
+class ModelFormatError(ValueError):
+    """A model file is missing, unreadable or not a Foreshock model."""
+
+
+@dataclass(kw_only=True)
+class KindModel:
+    """The classifier of one entity kind and what it needs at scoring time."""
+
+    estimator: object
+    features: list[str]
+    baseline: np.ndarray
+    """Healthy medians of each feature: the reference for top-signal attribution."""
+    lead_s: np.ndarray
+    """Median time to failure of positive training rows per risk bin (``LEAD_EDGES``)."""
+    keep_healthy: float
+    """Share of healthy rows the classifier was fitted on: the prior correction undoes it."""
+
+    def risk(self, x: pd.DataFrame) -> np.ndarray:
+        if not len(x):
+            return np.zeros(0)
+        arr = x.reindex(columns=self.features).to_numpy(dtype=np.float64)
+        p = np.asarray(self.estimator.predict_proba(arr)[:, 1])  # type: ignore[attr-defined]
+        return prior_corrected(p, self.keep_healthy)
+
+    def lead(self, risk: np.ndarray) -> np.ndarray:
+        idx = np.clip(np.searchsorted(LEAD_EDGES, risk, side="right") - 1, 0, len(self.lead_s) - 1)
+        return self.lead_s[idx]
+
+
+def prior_corrected(p: np.ndarray, keep_healthy: float) -> np.ndarray:
+    """Probabilities calibrated on a sample keeping ``keep_healthy`` of negatives, mapped back
+    to the full population (odds scale by ``keep_healthy``)."""
+    num = p * keep_healthy
+    return num / np.maximum(num + (1.0 - p), 1e-12)
+
+
+@dataclass(kw_only=True)
+class RiskModel:
+    """Per-kind calibrated classifiers plus a version string recorded with every score."""
+
+    version: str
+    kinds: dict[str, KindModel]
+    horizon_s: float
+
+    def score(self, kind: str, x: pd.DataFrame, *, explain_above: float = 0.2,
+              top: int = 3) -> tuple[np.ndarray, np.ndarray, list[tuple[str, ...]]]:
+        """(risk, lead estimate in seconds, top signals) of each row of ``x``."""
+        km = self.kinds.get(kind)
+        if km is None or not len(x):
+            return np.zeros(len(x)), np.full(len(x), np.nan), [() for _ in range(len(x))]
+        risk = km.risk(x)
+        signals = explain(km.risk, x.reindex(columns=km.features), risk, km.baseline,
+                          above=explain_above, top=top)
+        return risk, km.lead(risk), signals
+
+    def save(self, path: Path | str) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        blob = {
+            "format": FORMAT, "version": self.version, "horizon_s": self.horizon_s,
+            "kinds": {k: {"estimator": m.estimator, "features": list(m.features),
+                          "baseline": m.baseline.tolist(), "lead_s": m.lead_s.tolist(),
+                          "keep_healthy": m.keep_healthy}
+                      for k, m in self.kinds.items()},
+        }
+        sio.dump(blob, path, compression=zipfile.ZIP_DEFLATED, compresslevel=9)
+
+    @classmethod
+    def load(cls, path: Path | str | None = None) -> RiskModel:
+        """Load a skops model file; ``None`` loads the model shipped with Foreshock."""
+        path = Path(path) if path is not None else DEFAULT_MODEL_PATH
+        if not path.is_file():
+            raise ModelFormatError(f"{path}: model file not found")
+        try:
+            untrusted = sio.get_untrusted_types(file=path)
+            trusted = [t for t in untrusted if t.startswith(("sklearn.", "numpy.", "builtins."))]
+            blob = sio.load(path, trusted=trusted)
+        except Exception as exc:  # skops raises many kinds on a corrupt or foreign file
+            raise ModelFormatError(f"{path}: not a readable skops model ({exc})") from exc
+        if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+            raise ModelFormatError(f"{path}: not a Foreshock model (expected format {FORMAT})")
+        kinds = {k: KindModel(estimator=v["estimator"], features=list(v["features"]),
+                              baseline=np.asarray(v["baseline"], dtype=np.float64),
+                              lead_s=np.asarray(v["lead_s"], dtype=np.float64),
+                              keep_healthy=float(v["keep_healthy"]))
+                 for k, v in blob["kinds"].items()}
+        return cls(version=str(blob["version"]), kinds=kinds, horizon_s=float(blob["horizon_s"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitConfig:
+    """Hyper-parameters of ``fit``."""
+
+    max_iter: int = 150
+    """Boosting rounds."""
+    learning_rate: float = 0.08
+    """Shrinkage."""
+    max_leaf_nodes: int = 15
+    """Leaves per tree."""
+    min_samples_leaf: int = 40
+    """Smallest leaf; large values keep rare generator quirks out of the trees."""
+    seed: int = 0
+    """Random seed."""
+
+    def __post_init__(self) -> None:
+        if self.max_iter < 1:
+            raise ValueError(f"max_iter={self.max_iter} must be >= 1")
+
+
+def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
+             keep_healthy: float, config: FitConfig) -> KindModel | None:
+    """Fit one kind on rows keeping ``keep_healthy`` of the negatives; None when the rows hold
+    no positive (or no negative) example.
+
+    Weighting the kept negatives back up would make binning ~10x slower (weighted
+    percentiles); fitting on the sample and correcting the prior afterwards is equivalent.
+    """
+    features = list(FEATURES_BY_KIND[kind])
+    if y.sum() < 3 or (y == 0).sum() < 3:
+        return None
+    arr = np.array(x[features].to_numpy(dtype=np.float64))
+    # A column no training trace had (say HBM temperature) would break binning if all NaN.
+    arr[:, np.isnan(arr).all(axis=0)] = 0.0
+    base = HistGradientBoostingClassifier(
+        max_iter=config.max_iter, learning_rate=config.learning_rate,
+        max_leaf_nodes=config.max_leaf_nodes, min_samples_leaf=config.min_samples_leaf,
+        l2_regularization=1.0, monotonic_cst=[FEATURES_BY_KIND[kind][f] for f in features],
+        random_state=config.seed,
+    )
+    cv = int(min(3, y.sum()))
+    clf = CalibratedClassifierCV(base, method="sigmoid", cv=cv, ensemble=False)
+    clf.fit(arr, y)
+    healthy = arr[y == 0]
+    baseline = np.nan_to_num(np.nanmedian(healthy, axis=0) if len(healthy) else np.zeros(
+        len(features)), nan=0.0)
+    p = prior_corrected(clf.predict_proba(arr)[:, 1], keep_healthy)
+    lead = np.full(len(LEAD_EDGES) - 1, np.nan)
+    for i in range(len(lead)):
+        sel = (y == 1) & (p >= LEAD_EDGES[i]) & (p < LEAD_EDGES[i + 1])
+        if sel.sum() >= 5:
+            lead[i] = float(np.median(ttf_s[sel]))
+    fill = float(np.nanmedian(ttf_s[y == 1])) if (y == 1).any() else 3600.0
+    lead = pd.Series(lead).ffill().bfill().fillna(fill).to_numpy()
+    return KindModel(estimator=clf, features=features, baseline=baseline, lead_s=lead,
+                     keep_healthy=keep_healthy)
+
+
+def version_of(kinds: dict[str, KindModel], *, horizon_s: float, sources: list[str]) -> str:
+    """``hgb-<sklearn version>-<hash of sources and shapes>``: changes when the fit changes."""
+    digest = hashlib.sha256(json.dumps(
+        {"sources": sources, "horizon": horizon_s,
+         "features": {k: m.features for k, m in kinds.items()},
+         "lead": {k: m.lead_s.round(1).tolist() for k, m in kinds.items()}},
+        sort_keys=True).encode()).hexdigest()[:10]
+    return f"hgb-{sklearn.__version__}-{digest}"

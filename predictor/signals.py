@@ -1,0 +1,101 @@
+"""Top signals behind a risk score: which features, set back to their healthy baseline, would
+lower the risk the most. Short human-readable strings, top signal first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+_COUNTER_LABELS = {
+    "sbe": "ECC single-bit errors", "dbe": "ECC double-bit errors",
+    "remap_corr": "rows remapped (correctable)", "remap_unc": "rows remapped (uncorrectable)",
+    "pcie": "PCIe replays", "nvlink": "NVLink CRC errors",
+}
+_LABELS = {
+    "temp_5m": "temperature {v:.0f} C", "temp_dev": "temperature {v:+.1f} C vs node peers",
+    "temp_trend_dev": "temperature rising {v:+.1f} C vs 6 h (peers excluded)",
+    "memtemp_dev": "HBM temperature {v:+.1f} C vs node peers",
+    "memtemp_trend_dev": "HBM temperature rising {v:+.1f} C vs 6 h",
+    "clock_dev": "SM clock {v:+.0%} vs node peers", "clock_trend_dev": "SM clock {v:+.0%} vs 6 h",
+    "power_dev": "power {v:+.0%} vs node peers",
+    "throttle_thermal_5m": "thermal throttling {v:.0%} of last 5 min",
+    "throttle_thermal_1h": "thermal throttling {v:.0%} of last hour",
+    "throttle_thermal_dev": "thermal throttling {v:+.0%} vs node peers",
+    "throttle_power_dev": "power throttling {v:+.0%} vs node peers",
+    "remap_pending_5m": "row remap pending",
+    "xid_mem_5m": "{v:.1f} memory XIDs (63/64/92/48/94/95) in 5 min",
+    "xid_mem_1h": "{v:.1f} memory XIDs in 1 h", "xid_mem_6h": "{v:.0f} memory XIDs in 6 h",
+    "xid_nvlink_1h": "{v:.0f} NVLink XID 74 in 1 h",
+    "xid_nvlink_6h": "{v:.0f} NVLink XID 74 in 6 h",
+    "xid_bus_1h": "{v:.0f} XID 79 (fell off bus) in 1 h",
+    "xid_other_1h": "{v:.0f} other hardware XIDs in 1 h",
+    "gap_frac_1h": "telemetry gaps {v:.0%} of last hour",
+    "stale_intervals": "no sample for {v:.0f} intervals",
+    "node_compute_z": "node compute time z={v:.1f} vs job (straggler)",
+    "node_compute_trend_z": "node compute time rising z={v:.1f}",
+    "step_z": "step time z={v:.1f} vs job",
+    "compute_z": "compute time z={v:.1f} vs job (straggler)",
+    "collective_z": "collective time z={v:.1f} vs job",
+    "step_trend_z": "step time rising z={v:.1f}",
+    "compute_trend_z": "compute time rising z={v:.1f}",
+    "compute_z_6h": "compute time z={v:.1f} over 6 h",
+    "link_bw_med_z": "link bandwidth z={v:.1f} (median of node's links)",
+    "link_bw_min_z": "worst link bandwidth z={v:.1f}",
+    "link_bw_trend_med_z": "link bandwidth falling z={v:.1f}",
+    "link_bw_trend_min_z": "worst link bandwidth falling z={v:.1f}",
+    "link_lat_med_z": "link latency z={v:.1f}", "link_lat_max_z": "worst link latency z={v:.1f}",
+    "link_lat_trend_med_z": "link latency rising z={v:.1f}",
+    "xid_node_1h": "{v:.0f} node hardware XIDs in 1 h",
+    "xid_node_6h": "{v:.0f} node hardware XIDs in 6 h",
+    "node_stale_intervals": "no training sample for {v:.0f} intervals",
+    "node_temp_dev": "node's GPUs {v:+.1f} C vs other nodes",
+    "node_temp_trend_dev": "node's GPUs warming {v:+.1f} C vs 6 h, more than other nodes",
+    "node_throttle_power_dev": "node's GPUs power-throttled {v:+.0%} more than other nodes",
+    "node_power_cv_dev": "node's GPU power swinging {v:+.0%} more than other nodes",
+    "fleet_hot_frac": "{v:.0%} of nodes hot",
+    "fleet_bw_low_frac": "{v:.0%} of nodes with slow links",
+    "bw_z": "bandwidth z={v:.1f} vs all links", "bw_trend_z": "bandwidth falling z={v:.1f}",
+    "lat_z": "latency z={v:.1f} vs all links", "lat_trend_z": "latency rising z={v:.1f}",
+    "node_bw_med_z": "node's links bandwidth z={v:.1f}",
+    "node_bw_trend_med_z": "node's links bandwidth falling z={v:.1f}",
+    "node_lat_med_z": "node's links latency z={v:.1f}",
+    "peer_bw_med_z": "peer's links bandwidth z={v:.1f}",
+}
+
+
+def describe(feature: str, value: float) -> str:
+    """``ECC single-bit errors 42/h over 1h`` and the like."""
+    for key, label in _COUNTER_LABELS.items():
+        prefix = f"{key}_rate_"
+        if feature.startswith(prefix):
+            return f"{label} {np.expm1(value):.3g}/h over {feature[len(prefix):]}"
+    template = _LABELS.get(feature)
+    if template is None or not np.isfinite(value):
+        return f"{feature}={value:.3g}"
+    return template.format(v=value)
+
+
+def explain(risk_fn: Callable[[pd.DataFrame], np.ndarray], x: pd.DataFrame, risk: np.ndarray,
+            baseline: np.ndarray, *, above: float, top: int) -> list[tuple[str, ...]]:
+    """Top signals of rows with risk >= ``above`` (empty tuples for the others)."""
+    out: list[tuple[str, ...]] = [() for _ in range(len(x))]
+    rows = np.flatnonzero(risk >= above)
+    if not len(rows):
+        return out
+    cols = list(x.columns)
+    base = x.to_numpy(dtype=np.float64)[rows]
+    nf = len(cols)
+    probe = np.repeat(base, nf, axis=0)
+    j = np.tile(np.arange(nf), len(rows))
+    probe[np.arange(len(probe)), j] = baseline[j]
+    drop = risk[rows][:, None] - risk_fn(pd.DataFrame(probe, columns=cols)).reshape(len(rows), nf)
+    for i, r in enumerate(rows):
+        order = np.argsort(-drop[i])
+        picked = [describe(cols[k], base[i, k]) for k in order[:top] if drop[i, k] > 0.01]
+        if not picked:  # the risk rests on several signals at once; name the largest movers
+            dev = np.abs(np.nan_to_num(base[i] - baseline))
+            picked = [describe(cols[k], base[i, k]) for k in np.argsort(-dev)[:top]]
+        out[r] = tuple(picked)
+    return out

@@ -1,0 +1,41 @@
+"""Fitting a ``RiskModel`` from labelled traces (``foreshock model fit``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from collector.fleet_trace import FleetTrace, read_trace
+from predictor.dataset import KINDS, LabelConfig, Rows, collect
+from predictor.model import FitConfig, KindModel, RiskModel, fit_kind, version_of
+
+
+def fit_traces(traces: Iterable[Path | FleetTrace], *, labels: LabelConfig | None = None,
+               config: FitConfig | None = None,
+               progress: Callable[[str], None] | None = None) -> RiskModel:
+    """Replay every trace (each with failures.csv), label its rows and fit one model per kind."""
+    labels = labels or LabelConfig()
+    config = config or FitConfig()
+    rng = np.random.default_rng(config.seed)
+    rows = {k: Rows() for k in KINDS}
+    sources: list[str] = []
+    for item in traces:
+        trace = read_trace(item, with_failures=True) if isinstance(item, Path) else item
+        seed = trace.meta.extra.get("seed", trace.meta.start)
+        sources.append(str(item) if isinstance(item, Path) else f"trace(seed={seed})")
+        collect(trace, rows, config=labels, rng=rng)
+        if progress is not None:
+            progress(sources[-1])
+    kinds: dict[str, KindModel] = {}
+    for kind in KINDS:
+        x, y, _, ttf = rows[kind].frames(kind)
+        fitted = fit_kind(kind, x, y, ttf, keep_healthy=labels.keep_healthy, config=config)
+        if fitted is not None:
+            kinds[kind] = fitted
+    if not kinds:
+        raise ValueError("no trace had a failure to learn from: give traces with failures.csv "
+                         "rows (e.g. foreshock generate-trace --failures ...)")
+    return RiskModel(version=version_of(kinds, horizon_s=labels.horizon_s, sources=sources),
+                     kinds=kinds, horizon_s=labels.horizon_s)

@@ -1,0 +1,59 @@
+"""The service's scoring loop: store -> features -> shipped model -> risk_scores and alerts."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi.testclient import TestClient
+
+from api import alert_state
+from api.app import create_app
+from api.scoring import JobState, score_all
+from api.settings import Settings
+from collector.fleet_trace import FleetTrace
+from collector.store import Store
+from predictor.hysteresis import AlertPolicy, PolicyConfig
+from predictor.model import RiskModel
+from predictor.risk_scores import history
+from predictor.scorer import Scorer
+from tests.predictor.conftest import T0, Spec, make_trace
+
+
+def _shifted(trace: FleetTrace, dt: float) -> FleetTrace:
+    def sh(f):
+        f = f.copy()
+        f["ts"] = f["ts"] + dt
+        return f
+    return FleetTrace(meta=trace.meta, gpu=sh(trace.gpu), node=sh(trace.node),
+                      links=sh(trace.links), events=sh(trace.events))
+
+
+def test_scoring_tick_writes_risks_fires_and_later_resolves(sqlite_url: str) -> None:
+    store = Store.open(sqlite_url)
+    trace = make_trace(Spec(nodes=3, gpus=4, hours=1.0, interval_s=10.0,
+                            ecc_ramp=("n002", 1, 0.75, 1.2)))
+    now = 1_800_000_000.0
+    store.write_trace(_shifted(trace, now - (T0 + 3600)), job="train")
+    scorer = Scorer(RiskModel.load())
+    jobs = {"train": JobState(policy=AlertPolicy(config=PolicyConfig(persist_s=0)))}
+    score_all(store, scorer, jobs, now=now, window_s=6 * 3600, interval_s=30)
+    with store.session() as s:
+        rows = history(s, job="train")
+        entities = {(r.kind, r.node, r.gpu) for r in rows}
+        assert entities >= {("gpu", "n002", 1), ("node", "n000", None)}
+        top = max(rows, key=lambda r: r.risk)
+        assert (top.node, top.gpu) == ("n002", 1) and top.model_version == scorer.version
+        assert json.loads(top.signals)
+        firing = alert_state.firing_alerts(s, job="train")
+        assert [(a.node, a.gpu, a.kind) for a in firing] == [("n002", 1, "gpu")]
+    # No data for an hour: the node no longer reports, so its alert resolves.
+    score_all(store, scorer, jobs, now=now + 3600, window_s=6 * 3600, interval_s=30)
+    with store.session() as s:
+        assert alert_state.firing_alerts(s, job="train") == []
+    store.close()
+
+
+def test_service_starts_with_the_scoring_loop(sqlite_url: str) -> None:
+    app = create_app(Settings(db_url=sqlite_url, score_interval_s=0.05))
+    with TestClient(app) as client:
+        assert client.get("/api/v1/risk").json() == {"risks": [], "count": 0}

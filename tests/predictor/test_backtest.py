@@ -1,0 +1,94 @@
+"""Backtests: no look-ahead, never reading failures.csv, alerts.csv format, CLI and plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from collector.fleet_trace import write_trace
+from predictor.backtest import ALERT_COLUMNS, run, truncate
+from predictor.model import RiskModel
+from predictor.rules import RulesModel
+from tests.predictor.conftest import T0, Spec, make_trace
+
+SPEC = Spec(seed=21, hours=8, ecc_ramp=("n001", 3, 3.0, 6.0), benign_sbe=("n002", 0),
+            app_xids=10, extra_events=[(T0 + 7 * 3600, "n003", 1, 79)])
+
+
+@pytest.mark.parametrize("which", ["model", "rules"])
+def test_truncating_the_trace_leaves_earlier_alerts_unchanged(which: str,
+                                                              tiny_model: RiskModel) -> None:
+    model = tiny_model if which == "model" else RulesModel()
+    trace = make_trace(SPEC)
+    full = run(trace, model).alerts
+    assert len(full)
+    for hours in (4.0, 5.5, 7.2):
+        cut_at = T0 + hours * 3600
+        cut = run(truncate(trace, cut_at), model).alerts
+        before = full[full["ts"] <= cut_at].reset_index(drop=True)
+        pd.testing.assert_frame_equal(cut[cut["ts"] <= cut_at].reset_index(drop=True), before)
+
+
+def test_model_alerts_before_the_failure_and_not_on_confounders(tiny_model: RiskModel) -> None:
+    alerts = run(make_trace(SPEC), tiny_model).alerts
+    fail_ts = T0 + 6 * 3600
+    early = alerts[(alerts["node"] == "n001") & (alerts["ts"] <= fail_ts - 60)]
+    assert len(early) and (early["gpu"] == 3).all()
+    assert fail_ts - early["ts"].min() >= 1800
+    assert "n002" not in set(alerts["node"])  # the steady benign SBE GPU
+
+
+def test_cli_backtest_writes_alerts_csv_and_plot_without_reading_failures(
+        tmp_path: Path, cli: typer.Typer) -> None:
+    trace = make_trace(SPEC)
+    root = tmp_path / "trace"
+    write_trace(root, trace)
+    (root / "failures.csv").write_text("garbage that a backtest must never parse\n\x00")
+    out, png = tmp_path / "alerts.csv", tmp_path / "risk.png"
+    res = CliRunner().invoke(cli, ["backtest", str(root), "--alerts-out", str(out),
+                                   "--model", "rules", "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    alerts = pd.read_csv(out, dtype={"gpu": "Int64"})
+    assert tuple(alerts.columns) == ALERT_COLUMNS
+    assert alerts["kind"].isin(["gpu", "node", "link"]).all()
+    assert alerts["ts"].between(trace.meta.start, trace.meta.end).all()
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_model_fit_then_backtest_with_it(tmp_path: Path, cli: typer.Typer) -> None:
+    dirs = []
+    for s in range(3):
+        root = tmp_path / f"t{s}"
+        write_trace(root, make_trace(Spec(seed=s, hours=6, ecc_ramp=("n001", s, 3.0, 5.5))))
+        dirs.append(str(root))
+    model = tmp_path / "m.skops"
+    res = CliRunner().invoke(cli, ["model", "fit", *dirs, "--out", str(model)])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, ["backtest", dirs[0], "--alerts-out",
+                                   str(tmp_path / "a.csv"), "--model", str(model)])
+    assert res.exit_code == 0, res.output
+
+
+def test_cli_refuses_a_broken_trace_naming_file_and_column(tmp_path: Path,
+                                                           cli: typer.Typer) -> None:
+    root = tmp_path / "trace"
+    write_trace(root, make_trace(Spec(hours=1)))
+    pd.DataFrame({"ts": [T0], "gpu": [0]}).to_csv(root / "gpu.csv.gz", index=False)
+    res = CliRunner().invoke(cli, ["backtest", str(root), "--alerts-out",
+                                   str(tmp_path / "a.csv"), "--model", "rules"])
+    assert res.exit_code != 0
+    text = "".join(ch for ch in res.output if ch.isascii() and not ch.isspace())
+    assert "gpu.csv.gz" in text and "missingrequiredcolumn(s)node" in text
+
+
+def test_out_of_order_rows_give_the_same_alerts() -> None:
+    trace = make_trace(SPEC)
+    shuffled = type(trace)(meta=trace.meta, gpu=trace.gpu.sample(frac=1.0, random_state=1),
+                           node=trace.node.sample(frac=1.0, random_state=2), links=trace.links,
+                           events=trace.events.iloc[::-1])
+    pd.testing.assert_frame_equal(run(shuffled, RulesModel()).alerts,
+                                  run(trace, RulesModel()).alerts)

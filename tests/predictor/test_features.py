@@ -1,0 +1,119 @@
+"""Features: reset-aware rates, windows in seconds, peer deviations, missing data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.feature_frames import GPU_FEATURES, LINK_FEATURES, NODE_FEATURES
+from predictor.features import FeatureEngine
+from predictor.replay import replay
+from tests.predictor.conftest import T0, Spec, make_trace
+
+
+def _at(spec: Spec, hours: float, *, every_s: float = 300.0):
+    trace = make_trace(spec)
+    engine = FeatureEngine(interval_s=spec.interval_s)
+    for feats in replay(trace, every_s=every_s, engine=engine):
+        if feats.t >= T0 + hours * 3600:
+            return feats
+    raise AssertionError("trace too short")
+
+
+def _gpu(feats, node: str, gpu: int) -> pd.Series:
+    g = feats.gpu
+    return g[(g["node"] == node) & (g["gpu"] == gpu)].iloc[0]
+
+
+def test_every_entity_gets_every_feature_column() -> None:
+    feats = _at(Spec(), 2.0)
+    assert list(feats.gpu.columns) == ["node", "gpu", *GPU_FEATURES]
+    assert list(feats.node.columns) == ["node", *NODE_FEATURES]
+    assert list(feats.link.columns) == ["src", "dst", "node", "peer", *LINK_FEATURES]
+    assert len(feats.gpu) == 16 and len(feats.node) == 4 and len(feats.link) == 4
+
+
+def test_counter_reset_is_not_a_negative_rate() -> None:
+    feats = _at(Spec(benign_sbe=("n001", 0), reset_at_h=3.0), 3.05, every_s=60)
+    row = _gpu(feats, "n001", 0)
+    assert all(row[f"sbe_rate_{w}"] >= 0 for w in ("5m", "1h", "6h"))
+    # The reset cleared what the replaced part had accumulated: only ~3 minutes of history.
+    later = _gpu(_at(Spec(benign_sbe=("n001", 0), reset_at_h=3.0), 5.0), "n001", 0)
+    assert np.expm1(later["sbe_rate_1h"]) == pytest.approx(60, rel=0.5)
+
+
+def test_rates_are_per_second_not_per_row() -> None:
+    fine = _gpu(_at(Spec(benign_sbe=("n000", 1), interval_s=10), 4.0), "n000", 1)
+    coarse = _gpu(_at(Spec(benign_sbe=("n000", 1), interval_s=60), 4.0), "n000", 1)
+    assert np.expm1(fine["sbe_rate_1h"]) == pytest.approx(60, rel=0.35)
+    assert np.expm1(coarse["sbe_rate_1h"]) == pytest.approx(60, rel=0.35)
+
+
+def test_ecc_ramp_shows_as_rising_rate_and_memory_xids() -> None:
+    feats = _at(Spec(ecc_ramp=("n002", 3, 3.0, 6.0)), 5.0)
+    bad, good = _gpu(feats, "n002", 3), _gpu(feats, "n002", 0)
+    assert bad["sbe_rate_5m"] > bad["sbe_rate_6h"] > good["sbe_rate_6h"]
+    assert bad["xid_mem_1h"] >= 2 and good["xid_mem_1h"] == 0
+
+
+def test_hot_gpu_deviates_from_its_node_peers() -> None:
+    feats = _at(Spec(hot_gpu=("n003", 2, 3.0)), 3.5)
+    hot, peer = _gpu(feats, "n003", 2), _gpu(feats, "n003", 1)
+    assert hot["temp_dev"] > 20 and abs(peer["temp_dev"]) < 2
+    assert hot["throttle_thermal_5m"] > 0.5 and hot["clock_dev"] < -0.2
+
+
+def test_application_xids_are_ignored_and_hardware_xids_counted() -> None:
+    t = T0 + 1800
+    feats = _at(Spec(extra_events=[(t, "n000", 0, 13), (t, "n000", 0, 43), (t, "n000", 1, 79),
+                                   (t, "n000", 1, 74), (t, "n000", -1, 61)]), 0.6)
+    assert _gpu(feats, "n000", 0)[["xid_mem_1h", "xid_bus_1h", "xid_other_1h"]].sum() == 0
+    assert _gpu(feats, "n000", 1)["xid_bus_1h"] > 0.5
+    assert _gpu(feats, "n000", 1)["xid_nvlink_1h"] > 0.5
+    node = feats.node.set_index("node")
+    assert node.loc["n000", "xid_node_1h"] > 0.5
+
+
+def test_straggler_and_bad_nic_stand_out_from_the_job() -> None:
+    feats = _at(Spec(nodes=8, gpus=2, slow_node="n001", nic_bad=("n002", 2.0)), 3.0)
+    node = feats.node.set_index("node")
+    assert node.loc["n001", "compute_z"] > 5 and abs(node.loc["n000", "compute_z"]) < 3
+    assert node.loc["n002", "link_bw_med_z"] < -5
+    link = feats.link.set_index(["src", "dst"])
+    assert link.loc[("n002", "n003"), "node"] == "n002"
+
+
+def test_missing_columns_and_files_give_nan_features_not_errors() -> None:
+    spec = Spec(drop_columns=("gpu.ecc.sbe", "gpu.clock.sm"), with_node=False, with_links=False)
+    feats = _at(spec, 1.0)
+    assert feats.gpu["sbe_rate_1h"].isna().all() or (feats.gpu["sbe_rate_1h"] == 0).all()
+    assert feats.gpu["clock_dev"].isna().all()
+    assert feats.gpu["temp_dev"].notna().all()
+    assert len(feats.node) == 4 and feats.node["compute_z"].isna().all()
+    assert len(feats.link) == 0
+
+
+def test_incremental_updates_match_one_batch() -> None:
+    trace = make_trace(Spec(ecc_ramp=("n002", 3, 2.0, 6.0), benign_sbe=("n000", 0)))
+    t = T0 + 4 * 3600
+    one = FeatureEngine(interval_s=30.0)
+    one.update(trace, t)
+    many = FeatureEngine(interval_s=30.0)
+    for feats in replay(trace, every_s=450.0, engine=many):
+        if feats.t >= t:
+            break
+    a, b = one.features(t).gpu, many.features(t).gpu
+    cols = [c for c in GPU_FEATURES if c != "stale_intervals"]
+    np.testing.assert_allclose(a[cols].to_numpy(dtype=float), b[cols].to_numpy(dtype=float),
+                               rtol=1e-6, atol=1e-9)
+
+
+def test_rows_already_seen_are_not_counted_twice() -> None:
+    trace = make_trace(Spec(benign_sbe=("n000", 0)))
+    t = T0 + 3 * 3600
+    once, twice = FeatureEngine(interval_s=30.0), FeatureEngine(interval_s=30.0)
+    once.update(trace, t)
+    twice.update(trace, t)
+    twice.update(trace, t)  # the service re-reads an overlapping window every tick
+    pd.testing.assert_frame_equal(once.features(t).gpu, twice.features(t).gpu)

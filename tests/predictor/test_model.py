@@ -1,0 +1,72 @@
+"""The learned model: calibrated risk, skops files, versions, the shipped default model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from predictor.features import FeatureEngine
+from predictor.hysteresis import PolicyConfig
+from predictor.model import DEFAULT_MODEL_PATH, ModelFormatError, RiskModel
+from predictor.scorer import Scorer
+from tests.predictor.conftest import T0, Spec, make_trace
+
+
+def _gpu_risk(model, spec: Spec, hours: float):
+    engine = FeatureEngine(interval_s=spec.interval_s)
+    t = T0 + hours * 3600
+    engine.update(make_trace(spec), t)
+    risks = Scorer(model).score(engine.features(t))
+    return risks[risks["kind"] == "gpu"].set_index(["node", "gpu"])
+
+
+def test_degrading_gpu_ranks_above_healthy_and_benign_ones(tiny_model: RiskModel) -> None:
+    risks = _gpu_risk(tiny_model, Spec(seed=11, ecc_ramp=("n003", 2, 2.0, 5.5),
+                                       benign_sbe=("n000", 1)), 5.0)
+    assert risks["risk"].idxmax() == ("n003", 2)
+    assert risks.loc[("n003", 2), "risk"] > 3 * risks.loc[("n000", 1), "risk"]
+
+
+def test_skops_round_trip_keeps_predictions_and_version(tiny_model: RiskModel,
+                                                        tmp_path: Path) -> None:
+    path = tmp_path / "m.skops"
+    tiny_model.save(path)
+    assert path.read_bytes()[:2] == b"PK"  # a skops zip, not a pickle
+    loaded = RiskModel.load(path)
+    assert loaded.version == tiny_model.version and loaded.version.startswith("hgb-")
+    spec = Spec(seed=3, ecc_ramp=("n001", 0, 2.0, 5.0))
+    np.testing.assert_allclose(_gpu_risk(loaded, spec, 4.0)["risk"],
+                               _gpu_risk(tiny_model, spec, 4.0)["risk"])
+
+
+def test_unreadable_model_file_is_refused_with_its_path(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.skops"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ModelFormatError, match=r"bad\.skops"):
+        RiskModel.load(bad)
+    with pytest.raises(ModelFormatError, match="not found"):
+        RiskModel.load(tmp_path / "missing.skops")
+
+
+def test_shipped_model_is_small_and_loads() -> None:
+    assert DEFAULT_MODEL_PATH.stat().st_size < 5_000_000
+    model = RiskModel.load()
+    assert set(model.kinds) >= {"gpu", "node"}
+
+
+@pytest.mark.parametrize(("spec", "at_least"), [
+    # ECC growth with XID 63/92 fires at once (no persistence wait)...
+    (Spec(interval_s=1.0, hours=0.75, nodes=2, gpus=4, ecc_ramp=("n001", 2, 0.69, 0.8)),
+     PolicyConfig().fire_now_at),
+    # ...a GPU 20 C hotter than its peers and throttling stands far above every healthy GPU.
+    (Spec(interval_s=1.0, hours=0.75, nodes=2, gpus=4, hot_gpu=("n001", 2, 0.6)), 0.3),
+], ids=["ecc-in-2-min", "thermal-in-2-min"])
+def test_shipped_model_flags_a_fast_degradation_at_1s_sampling(spec: Spec,
+                                                               at_least: float) -> None:
+    # The demo's case: a degradation that develops within two minutes, sampled every second.
+    risks = _gpu_risk(RiskModel.load(), spec, 0.72)
+    assert risks["risk"].idxmax() == ("n001", 2)
+    assert risks.loc[("n001", 2), "risk"] >= at_least
+    assert risks.drop(index=("n001", 2))["risk"].max() < 0.1

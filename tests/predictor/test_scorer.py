@@ -1,0 +1,77 @@
+"""The online scoring path and the alert policy (hysteresis, persistence, one alert per node)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from predictor.features import FeatureEngine
+from predictor.hysteresis import AlertPolicy, PolicyConfig
+from predictor.model import RiskModel
+from predictor.scorer import RISK_COLUMNS, Scorer
+from tests.predictor.conftest import T0, Spec, make_trace
+
+
+def test_scores_every_entity_with_risk_lead_and_signals(tiny_model: RiskModel) -> None:
+    trace = make_trace(Spec(seed=9, ecc_ramp=("n002", 1, 2.0, 5.5)))
+    engine = FeatureEngine(interval_s=30.0)
+    t = T0 + 5.2 * 3600
+    engine.update(trace, t)
+    risks = Scorer(tiny_model).score(engine.features(t))
+    assert tuple(risks.columns) == RISK_COLUMNS
+    assert (risks["kind"] == "gpu").sum() == 16 and (risks["kind"] == "node").sum() == 4
+    assert risks["risk"].between(0, 1).all()
+    gpus = risks[risks["kind"] == "gpu"].set_index(["node", "gpu"])
+    bad = gpus.loc[("n002", 1)]
+    assert bad["risk"] == gpus["risk"].max() and bad["risk"] > 0.2
+    assert bad["lead_s"] > 0
+    assert any("ECC" in s or "XID" in s for s in bad["signals"])
+
+
+def _frame(rows: list[tuple[str, int, float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"kind": "gpu", "node": n, "gpu": g, "peer": "", "risk": r,
+                          "lead_s": 3600.0, "signals": ("sig",)} for n, g, r in rows])
+
+
+def test_alert_fires_only_after_persisting_and_resolves_with_hysteresis() -> None:
+    policy = AlertPolicy(config=PolicyConfig(fire_at=0.5, fire_now_at=0.95, persist_s=600,
+                                             resolve_below=0.2, resolve_after_s=900))
+    actions = []
+    for i, r in enumerate([0.6, 0.6, 0.6, 0.3, 0.1, 0.1, 0.1, 0.1]):
+        actions.append([tr.action for tr in policy.step(_frame([("a", 0, r), ("b", 0, 0.01)]),
+                                                        T0 + 300 * i)])
+    # persists 600 s -> fires at the third tick; 0.3 is above resolve_below, so still firing;
+    # below 0.2 from the fifth tick, resolved 900 s later.
+    assert actions == [[], [], ["fire"], ["update"], ["update"], ["update"], ["update"],
+                       ["resolve"]]
+
+
+def test_blip_below_persistence_never_fires_but_a_certain_risk_fires_at_once() -> None:
+    policy = AlertPolicy(config=PolicyConfig(persist_s=600))
+    assert policy.step(_frame([("a", 0, 0.7)]), T0) == []
+    assert policy.step(_frame([("a", 0, 0.1)]), T0 + 300) == []
+    fired = policy.step(_frame([("a", 0, 0.99)]), T0 + 600)
+    assert [tr.action for tr in fired] == ["fire"]
+
+
+def test_one_alert_per_node_naming_the_first_riskiest_entity() -> None:
+    policy = AlertPolicy(config=PolicyConfig(persist_s=0))
+    fired = policy.step(_frame([("a", 3, 0.8), ("a", 5, 0.7), ("b", 0, 0.1)]), T0)
+    assert [(tr.action, tr.node, tr.gpu) for tr in fired] == [("fire", "a", 3)]
+    again = policy.step(_frame([("a", 3, 0.6), ("a", 5, 0.9)]), T0 + 300)
+    assert [(tr.action, tr.gpu, tr.risk) for tr in again] == [("update", 3, 0.9)]
+
+
+def test_a_node_that_stops_reporting_resolves() -> None:
+    policy = AlertPolicy(config=PolicyConfig(persist_s=0))
+    policy.step(_frame([("a", 0, 0.9), ("b", 0, 0.1)]), T0)
+    out = policy.step(_frame([("b", 0, 0.1)]), T0 + 300)
+    assert [(tr.action, tr.node) for tr in out] == [("resolve", "a")]
+    assert policy.firing() == []
+
+
+def test_policy_config_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="fire_at"):
+        PolicyConfig(fire_at=1.5)
+    with pytest.raises(ValueError, match="resolve_below"):
+        PolicyConfig(fire_at=0.3, resolve_below=0.5)
