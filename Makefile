@@ -1,10 +1,10 @@
-# `make demo` runs Foreshock end to end on SQLite; `make test` runs the test suite.
+# `make demo` runs the whole loop on SQLite with simulated GPUs; `make test` runs the test suite.
 # Both install into .venv on first use (torch from the CPU wheel, never a CUDA build).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo serve test lint bench
+.PHONY: demo serve test lint
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/foreshock serve --db sqlite:///foreshock.db
+	$(VENV)/bin/foreshock demo
 
 serve: $(STAMP)
 	$(VENV)/bin/foreshock serve --db sqlite:///foreshock.db

@@ -10,7 +10,9 @@ import argparse
 import json
 import logging
 import os
+import socket
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -19,8 +21,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from trainer.drain import Drained, exit_now
 from trainer.gpu import GpuReader
 from trainer.hook import TelemetryHook
+from trainer.resilience import Resilience, add_flags, flag_error
+from trainer.simulated_gpu import KINDS, SimulatedGpuReader
 
 log = logging.getLogger("foreshock.example")
 
@@ -45,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
       "(injects a straggler; -1 for none)")
     a("--slow-ms", type=float, default=0.0, help="compute delay per step on --slow-rank")
     a("--log-every", type=int, default=20, help="log loss and step time every N steps (0: never)")
+    a("--step-period", type=float, default=0.0, help="pad each step to at least this many "
+      "seconds (stands in for a larger model; 0: no padding)")
     a("--result", default=None, help="write a JSON summary per rank to this path "
       "({rank} is replaced)")
     h = p.add_argument_group("telemetry hook")
@@ -68,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
       help="profile one step in this many (0: off)")
     b("--no-collectives", dest="collectives", action="store_false",
       help="do not time torch.distributed collectives")
+    b("--inject", default=None, metavar="KIND:GPU:START:FAIL",
+      help=f"with --gpu simulated: a degradation ({', '.join(KINDS)}) of GPU that starts at "
+      "Unix time START and fails at FAIL")
+    b("--inject-node", default=None, help="the node whose simulated GPU gets --inject "
+      "(default: every node)")
+    add_flags(p)
     return p
 
 
@@ -76,6 +89,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error(f"--steps={args.steps} must be >= 1")
+    if args.inject is not None:
+        try:
+            kind, gpu, start, fail = args.inject.split(":")
+            args.inject = (kind, int(gpu), float(start), float(fail))
+        except ValueError:
+            p.error(f"--inject={args.inject!r} must be KIND:GPU:START:FAIL")
+        if kind not in KINDS:
+            p.error(f"--inject kind {kind!r} must be one of {', '.join(KINDS)}")
+    if problem := flag_error(args):
+        p.error(problem)
     if args.d_model % args.heads:
         p.error(f"--d-model={args.d_model} must be a multiple of --heads={args.heads}")
     return args
@@ -171,11 +194,32 @@ def build_hook(args: argparse.Namespace, rank: int, *,
         collectives=args.collectives), gpu_reader=gpu_reader)
 
 
+def node_name(args: argparse.Namespace, rank: int) -> str:
+    """This process's node, as the hook names it."""
+    if args.node:
+        return str(args.node.format(rank=rank, local_rank=os.environ.get("LOCAL_RANK", "0")))
+    return os.environ.get("FORESHOCK_NODE") or socket.gethostname()
+
+
+def injected_reader(args: argparse.Namespace, node: str) -> SimulatedGpuReader | None:
+    """This node's simulated GPUs with --inject's degradation, where it applies."""
+    if args.inject is None or args.gpu != "simulated" or args.inject_node not in (None, node):
+        return None
+    kind, gpu, start, fail = args.inject
+    # The hook's own simulated reader would use the same seed: only the degradation differs.
+    reader = SimulatedGpuReader(gpus=args.simulated_gpus,
+                                seed=args.seed ^ zlib.crc32(node.encode()))
+    reader.inject(kind, gpu=gpu, start_at=start, failure_at=fail)
+    return reader
+
+
 def train(args: argparse.Namespace, *, model: nn.Module, optimizer: torch.optim.Optimizer,
           device: torch.device, rank: int, hook: TelemetryHook | None = None,
-          start_step: int = 0) -> TrainResult:
+          start_step: int = 0, resilience: Resilience | None = None) -> TrainResult:
     """The training loop: steps ``start_step`` .. ``args.steps - 1``, each inside
-    ``hook.step()`` when a hook is given (its ``on_step_end`` callbacks run after each)."""
+    ``hook.step()`` when a hook is given (its ``on_step_end`` callbacks run after each), then
+    ``resilience.after_step`` (checkpoints, decisions, drains; it may raise `Drained`)."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
     loss_fn = nn.CrossEntropyLoss()
     losses: list[float] = []
     times: list[float] = []
@@ -192,10 +236,14 @@ def train(args: argparse.Namespace, *, model: nn.Module, optimizer: torch.optim.
             loss.backward()
             optimizer.step()
             value = float(loss.detach())
+            if args.step_period > 0:
+                time.sleep(max(0.0, args.step_period - (time.perf_counter() - t0)))
         times.append(time.perf_counter() - t0)
         losses.append(value)
         if args.log_every and rank == 0 and (step + 1) % args.log_every == 0:
             log.info("step %d loss %.3f step %.1f ms", step + 1, value, 1000 * times[-1])
+        if resilience is not None:
+            resilience.after_step(step + 1, samples=args.batch_size * world)
     return TrainResult(rank=rank, steps=len(losses), first_loss=losses[0] if losses else 0.0,
                        last_loss=losses[-1] if losses else 0.0, step_times_s=times)
 
@@ -214,21 +262,32 @@ def _no_step() -> _NoStep:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per decision poll is noise
     args = parse_args(argv)
     rank, world, device = setup_distributed(args)
     model = build_model(args, device)
     if dist.is_initialized():  # DDP even with one rank: its all-reduce is what gets timed
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                         else None)
-    hook = build_hook(args, rank)
+    node = node_name(args, rank)
+    hook = build_hook(args, rank, gpu_reader=injected_reader(args, node))
     if hook is not None and isinstance(model, DistributedDataParallel):
         hook.instrument_ddp(model)
+    optimizer = build_optimizer(args, model)
+    resilience = Resilience.from_args(args, model=model, optimizer=optimizer, node=node)
+    drained: Drained | None = None
     try:
-        result = train(args, model=model, optimizer=build_optimizer(args, model),
-                       device=device, rank=rank, hook=hook)
+        result = train(args, model=model, optimizer=optimizer, device=device, rank=rank,
+                       hook=hook, start_step=resilience.start_step, resilience=resilience)
+    except Drained as exc:
+        drained = exc
     finally:
+        resilience.close()
         if hook is not None:
             hook.close()
+    if drained is not None:
+        # This process leaves: its node is drained, or the others re-rendezvous without it.
+        exit_now(drained.code)
     if hook is not None and rank == 0:
         log.info("hook: %s", hook.stats)
     if args.result:

@@ -1,0 +1,193 @@
+"""Checkpoint-and-drain decisions in the store: derived from firing alerts under a policy,
+then moved pending -> acknowledged -> done | failed by the trainer, or cancelled by an admin.
+
+A decision is taken once per node and alert episode: an alert that keeps firing does not
+produce a second decision, and one cancelled by an admin is not re-created behind their back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlalchemy import Float, Index, Integer, String, Text, select
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from api.alert_state import Alert, firing_alerts
+from collector.schema import Base, Entity, Point, Series
+
+DecisionState = Literal["pending", "acknowledged", "done", "failed", "cancelled"]
+STATES: tuple[str, ...] = ("pending", "acknowledged", "done", "failed", "cancelled")
+OPEN_STATES: tuple[str, ...] = ("pending", "acknowledged")
+ACTION = "checkpoint_drain"
+ACTIVITY_METRIC = "train.step.duration"
+"""A node hosts ranks of a running job while its ranks report step times."""
+
+# Which state each transition may start from; a repeat of the same transition is a no-op.
+_ALLOWED_FROM: dict[str, tuple[str, ...]] = {
+    "acknowledged": ("pending",),
+    "done": OPEN_STATES,
+    "failed": OPEN_STATES,
+    "cancelled": OPEN_STATES,
+}
+
+
+class Decision(Base):
+    """One decision: checkpoint job ``job`` and drain node ``node``."""
+
+    __tablename__ = "decisions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job: Mapped[str] = mapped_column(String(128))
+    node: Mapped[str] = mapped_column(String(128))
+    alert_id: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    action: Mapped[str] = mapped_column(String(32), default=ACTION)
+    step: Mapped[int | None] = mapped_column(Integer)
+    """The step after which every rank checkpoints and the node leaves."""
+    reason: Mapped[str] = mapped_column(Text)
+    """Why it was taken, then one line per transition."""
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ix_decisions_job_state", "job", "state"),
+        Index("ix_decisions_job_node", "job", "node"),
+    )
+
+
+class DecisionStateError(ValueError):
+    """A transition the decision's current state does not allow."""
+
+    def __init__(self, decision: Decision, to: str) -> None:
+        self.decision, self.to = decision, to
+        super().__init__(f"decision {decision.id} is {decision.state}; it cannot become {to}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrainPolicy:
+    """When a firing alert becomes a decision to checkpoint and drain its node."""
+
+    risk_threshold: float = 0.5
+    """Alerts below this risk stay alerts."""
+    min_lead_s: float = 0.0
+    """Act only if the predicted lead time leaves at least this long to checkpoint and drain."""
+    max_drains_per_hour: int = 2
+    """At most this many drains of one job per rolling hour."""
+    min_nodes: int = 1
+    """Never drain a job below this many nodes (then alert only)."""
+    active_window_s: float = 120.0
+    """A node hosts a running job's ranks if they reported a step within this window."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.risk_threshold <= 1.0:
+            raise ValueError(f"policy.risk_threshold={self.risk_threshold} must be within [0, 1]")
+        if self.min_lead_s < 0:
+            raise ValueError(f"policy.min_lead_s={self.min_lead_s} must be >= 0")
+        if self.max_drains_per_hour < 0:
+            raise ValueError(f"policy.max_drains_per_hour={self.max_drains_per_hour} must be >= 0")
+        if self.min_nodes < 1:
+            raise ValueError(f"policy.min_nodes={self.min_nodes} must be >= 1")
+        if self.active_window_s <= 0:
+            raise ValueError(f"policy.active_window_s={self.active_window_s} must be > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Held:
+    """A firing alert the policy did not turn into a decision, and why."""
+
+    alert_id: int
+    node: str
+    reason: str
+
+
+def active_nodes(session: Session, *, job: str, since: float) -> set[str]:
+    """Nodes whose ranks of ``job`` reported a step at or after ``since``."""
+    # The points' primary key (series_id, ts) makes this a short index range per rank.
+    query = (
+        select(Entity.node)
+        .join(Series, Series.entity_id == Entity.id)
+        .join(Point, Point.series_id == Series.id)
+        .where(Entity.job == job, Entity.rank.is_not(None), Series.name == ACTIVITY_METRIC,
+               Point.ts >= since)
+        .distinct()
+    )
+    return set(session.scalars(query))
+
+
+def _alert_text(alert: Alert) -> str:
+    where = f"GPU {alert.gpu}" if alert.gpu is not None else (
+        f"link to {alert.peer}" if alert.peer else "node")
+    lead = "unknown lead" if alert.lead_s is None else f"lead ~{alert.lead_s:.0f} s"
+    signals = ", ".join(alert.signal_list[:3]) or "no signals"
+    return (f"alert {alert.id}: {where} on {alert.node} at risk {alert.risk:.2f}, {lead} "
+            f"({signals})")
+
+
+def derive(session: Session, *, job: str, policy: DrainPolicy,
+           now: float | None = None) -> list[Held]:
+    """Open decisions for ``job``'s firing alerts as the policy allows; return those held back."""
+    now = time.time() if now is None else now
+    nodes = active_nodes(session, job=job, since=now - policy.active_window_s)
+    decisions = list(session.scalars(select(Decision).where(Decision.job == job)))
+    held: list[Held] = []
+    for alert in firing_alerts(session, job=job):
+        if alert.node not in nodes:
+            continue  # not a node of this running job (any more)
+        if any(d.node == alert.node and d.created_at >= alert.starts_at for d in decisions):
+            continue  # already decided for this node in this alert episode
+        reason = _refusal(alert, policy=policy, nodes=nodes, decisions=decisions, now=now)
+        if reason is not None:
+            held.append(Held(alert_id=alert.id, node=alert.node, reason=reason))
+            continue
+        decision = Decision(job=job, node=alert.node, alert_id=alert.id, state="pending",
+                            action=ACTION, reason=f"{_alert_text(alert)}; checkpoint and drain",
+                            created_at=now, updated_at=now)
+        session.add(decision)
+        decisions.append(decision)
+    session.flush()
+    return held
+
+
+def _refusal(alert: Alert, *, policy: DrainPolicy, nodes: set[str], decisions: list[Decision],
+             now: float) -> str | None:
+    if alert.risk < policy.risk_threshold:
+        return f"risk {alert.risk:.2f} is below the policy's {policy.risk_threshold:.2f}"
+    if alert.lead_s is not None and alert.lead_s < policy.min_lead_s:
+        return (f"predicted lead {alert.lead_s:.0f} s is shorter than the policy's "
+                f"{policy.min_lead_s:.0f} s")
+    recent = [d for d in decisions
+              if d.state in (*OPEN_STATES, "done") and d.created_at >= now - 3600.0]
+    if len(recent) >= policy.max_drains_per_hour:
+        return f"job already had {len(recent)} drain(s) in the last hour (policy max " \
+               f"{policy.max_drains_per_hour})"
+    # A node drained moments ago still looks active until its last steps age out of the window.
+    leaving = {d.node for d in decisions if d.state in OPEN_STATES
+               or (d.state == "done" and d.updated_at >= now - policy.active_window_s)}
+    remaining = len(nodes - leaving - {alert.node})
+    if remaining < policy.min_nodes:
+        return (f"draining {alert.node} would leave {remaining} node(s), below the minimum of "
+                f"{policy.min_nodes}: alert only")
+    return None
+
+
+def open_decisions(session: Session, *, job: str) -> list[Decision]:
+    """The job's pending and acknowledged decisions, oldest first."""
+    query = select(Decision).where(Decision.job == job, Decision.state.in_(OPEN_STATES))
+    return list(session.scalars(query.order_by(Decision.id)))
+
+
+def transition(decision: Decision, to: DecisionState, *, step: int | None = None,
+               note: str = "", now: float | None = None) -> bool:
+    """Move ``decision`` to ``to``; False if it already was there (idempotent retry)."""
+    if decision.state == to:
+        return False
+    if decision.state not in _ALLOWED_FROM.get(to, ()):
+        raise DecisionStateError(decision, to)
+    decision.state = to
+    decision.updated_at = time.time() if now is None else now
+    if step is not None:
+        decision.step = step
+    decision.reason = f"{decision.reason}\n{to}: {note}" if note else f"{decision.reason}\n{to}"
+    return True

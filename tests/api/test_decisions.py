@@ -1,0 +1,184 @@
+"""Decisions: derived from firing alerts under the policy, moved by the trainer, cancelled by
+an admin; on SQLite and the real PostgreSQL, through the real app."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.alert_state import RiskObservation, fire
+from api.app import create_app
+from api.settings import Settings
+from collector.schema import Entity, Point, Series
+from collector.store import Store
+
+ADMIN = {"Authorization": "Bearer admin-secret"}
+INGEST = {"Authorization": "Bearer ingest-secret"}
+JOB = "llm"
+
+
+def _steps(store: Store, *, job: str, nodes: list[str], ts: float) -> None:
+    """Ranks of ``job`` on ``nodes`` reported a step at ``ts``."""
+    with store.session() as s:
+        for rank, node in enumerate(nodes):
+            entity = Entity(key=f"{job}|{node}|{rank}||", job=job, node=node, rank=rank)
+            s.add(entity)
+            s.flush()
+            series = Series(key=f"{entity.key}|train.step.duration||", job=job,
+                            name="train.step.duration", entity_id=entity.id, kind="gauge")
+            s.add(series)
+            s.flush()
+            s.add(Point(series_id=series.id, ts=ts, value=0.2))
+
+
+def _alert(store: Store, *, node: str, risk: float = 0.95, lead_s: float | None = 300.0,
+           job: str = JOB) -> int:
+    with store.session() as s:
+        alert = fire(s, RiskObservation(
+            job=job, node=node, gpu=0, peer=None, kind="gpu", risk=risk, lead_s=lead_s,
+            signals=("gpu.ecc.sbe rate",), model_version="test", ts=time.time()))
+        s.flush()
+        return alert.id
+
+
+def _client(store: Store, db_url: str, **overrides: Any) -> Iterator[TestClient]:
+    settings = Settings.model_validate({
+        "db_url": db_url, "admin_token": "admin-secret", "ingest_token": "ingest-secret",
+        "score_interval_s": 3600, "maintenance_interval_s": 3600, **overrides})
+    with TestClient(create_app(settings, store=store)) as client:
+        yield client
+
+
+@pytest.fixture
+def any_store(store_url: str) -> Iterator[Store]:
+    s = Store.open(store_url)
+    yield s
+    s.engine.dispose()
+
+
+@pytest.fixture
+def store(sqlite_url: str) -> Iterator[Store]:
+    s = Store.open(sqlite_url)
+    yield s
+    s.engine.dispose()
+
+
+def _poll(client: TestClient, **params: Any) -> dict[str, Any]:
+    r = client.get(f"/api/v1/jobs/{JOB}/decisions", headers=INGEST, params=params)
+    assert r.status_code == 200, r.text
+    polled: dict[str, Any] = r.json()
+    return polled
+
+
+def test_firing_alert_becomes_one_decision_the_trainer_carries_out(
+        any_store: Store, store_url: str) -> None:
+    store = any_store
+    _steps(store, job=JOB, nodes=["node-a", "node-b", "node-c"], ts=time.time())
+    alert_id = _alert(store, node="node-c")
+    for client in _client(store, store_url):
+        first = _poll(client)
+        assert [(d["node"], d["state"], d["alert_id"]) for d in first["decisions"]] == [
+            ("node-c", "pending", alert_id)]
+        assert "risk 0.95" in first["decisions"][0]["reason"]
+        # The alert keeps firing: polling again does not take a second decision.
+        assert [d["id"] for d in _poll(client)["decisions"]] == [first["decisions"][0]["id"]]
+        did = first["decisions"][0]["id"]
+
+        acked = client.post(f"/api/v1/jobs/{JOB}/decisions/{did}/ack", headers=INGEST,
+                            json={"step": 120, "note": "all ranks act after step 120"})
+        assert acked.status_code == 200 and acked.json()["state"] == "acknowledged"
+        assert acked.json()["step"] == 120
+        assert _poll(client)["decisions"][0]["state"] == "acknowledged"
+
+        done = client.post(f"/api/v1/jobs/{JOB}/decisions/{did}/done", headers=INGEST,
+                           json={"note": "resumed on 2 nodes at step 121"})
+        assert done.json()["state"] == "done"
+        # Retried report (the trainer did not see the answer): same result, no error.
+        again = client.post(f"/api/v1/jobs/{JOB}/decisions/{did}/done", headers=INGEST)
+        assert again.status_code == 200
+        assert _poll(client)["decisions"] == []
+
+        listed = client.get("/api/v1/decisions", params={"job": JOB}).json()
+        assert [(d["id"], d["state"], d["step"]) for d in listed] == [(did, "done", 120)]
+        assert "resumed on 2 nodes" in listed[0]["reason"]
+        # Unknown job, no token, bad state filter: clear refusals.
+        assert client.post(f"/api/v1/jobs/other/decisions/{did}/ack",
+                           headers=INGEST).status_code == 404
+        assert client.get(f"/api/v1/jobs/{JOB}/decisions").status_code == 401
+        bad = client.get("/api/v1/decisions", params={"state": "maybe"})
+        assert bad.status_code == 422 and "pending" in bad.text
+
+
+def test_cancelled_decision_is_not_acted_on_nor_taken_again(store: Store, sqlite_url: str,
+                                                            tmp_path: Path) -> None:
+    _steps(store, job=JOB, nodes=["node-a", "node-b", "node-c"], ts=time.time())
+    _alert(store, node="node-b")
+    for client in _client(store, sqlite_url):
+        did = _poll(client)["decisions"][0]["id"]
+        url = f"/api/v1/jobs/{JOB}/decisions/{did}/cancel"
+        assert client.post(url).status_code == 401
+        assert client.post(url, headers=INGEST).status_code == 401
+        r = client.post(url, headers=ADMIN, json={"note": "node-b is being serviced anyway"})
+        assert r.status_code == 200 and r.json()["state"] == "cancelled"
+        assert _poll(client)["decisions"] == []
+        late = client.post(f"/api/v1/jobs/{JOB}/decisions/{did}/ack", headers=INGEST,
+                           json={"step": 7})
+        assert late.status_code == 409
+        assert "cancelled" in late.json()["detail"]
+
+
+def test_policy_refuses_to_drain_below_the_minimum_node_count(store: Store,
+                                                               sqlite_url: str) -> None:
+    _steps(store, job=JOB, nodes=["node-a", "node-b"], ts=time.time())
+    _alert(store, node="node-a")
+    for client in _client(store, sqlite_url, drain_min_nodes=2):
+        polled = _poll(client)
+        assert polled["decisions"] == []
+        assert polled["held"][0]["node"] == "node-a"
+        assert "below the minimum of 2" in polled["held"][0]["reason"]
+    # The job itself may ask for a higher minimum than the service's default.
+    for client in _client(store, sqlite_url):
+        assert _poll(client, min_nodes=2)["decisions"] == []
+        assert [d["node"] for d in _poll(client)["decisions"]] == ["node-a"]
+
+
+def test_policy_thresholds_hold_alerts_back(store: Store, sqlite_url: str) -> None:
+    now = time.time()
+    _steps(store, job=JOB, nodes=["n1", "n2", "n3", "n4"], ts=now)
+    _steps(store, job="idle", nodes=["n9"], ts=now - 3600)  # not running any more
+    _alert(store, node="n1", risk=0.55)
+    _alert(store, node="n2", lead_s=20.0)
+    _alert(store, node="n9", job="idle")
+    for client in _client(store, sqlite_url, drain_risk_threshold=0.6, drain_min_lead_s=60,
+                          drain_max_per_hour=1):
+        held = {h["node"]: h["reason"] for h in _poll(client)["held"]}
+        assert "below the policy's 0.60" in held["n1"]
+        assert "shorter than the policy's 60 s" in held["n2"]
+        _alert(store, node="n3")
+        _alert(store, node="n4")
+        polled = _poll(client)
+        assert len(polled["decisions"]) == 1
+        assert any("last hour" in h["reason"] for h in polled["held"])
+        r = client.get("/api/v1/jobs/idle/decisions", headers=INGEST)
+        assert r.json()["decisions"] == [] and r.json()["held"] == []
+
+
+def test_done_runs_the_scheduler_drain_command(store: Store, sqlite_url: str,
+                                               tmp_path: Path) -> None:
+    _steps(store, job=JOB, nodes=["node-a", "node-b"], ts=time.time())
+    _alert(store, node="node-b")
+    out = tmp_path / "drained.txt"
+    command = (f"{sys.executable} -c \"import sys; open(sys.argv[1], 'w').write(sys.argv[2])\" "
+               f"{out} {{node}}")
+    for client in _client(store, sqlite_url, drain_command=command):
+        did = _poll(client)["decisions"][0]["id"]
+        client.post(f"/api/v1/jobs/{JOB}/decisions/{did}/done", headers=INGEST, json={"step": 3})
+        assert out.read_text() == "node-b"
+        reason = client.get("/api/v1/decisions").json()[0]["reason"]
+        assert "drain command" in reason and "exited 0" in reason

@@ -1,0 +1,107 @@
+"""Checkpoints with torch.distributed.checkpoint across real gloo process groups: what two
+ranks saved (periodically, asynchronously, and on demand) three ranks resume exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tests.conftest import free_port
+from trainer.checkpoint import CheckpointConfig, Checkpointer, CheckpointInfo, latest
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+
+def _fingerprint(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[float]:
+    params = [float(p.detach().double().sum()) for p in model.parameters()]
+    moments = [float(s["exp_avg_sq"].double().sum()) for s in opt.state.values()]
+    return params + moments
+
+
+def _run(rank: int, world: int, port: int, directory: str, phase: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    model = torch.nn.parallel.DistributedDataParallel(_model())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ckpt = Checkpointer(CheckpointConfig(dir=Path(directory) / "ckpt", every_steps=3, keep=2),
+                        model=model, optimizer=opt)
+    out: dict[str, object] = {}
+    if phase == "train":
+        torch.manual_seed(100 + rank)
+        for step in range(7):
+            model(torch.randn(4, 8)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            ckpt.maybe_save(step=step + 1, data_position=(step + 1) * 4 * world)
+        info = ckpt.save(step=7, data_position=56, reason="drain node-x",
+                         extra={"drain": {"node": "node-x"}})
+        out = {"info_step": info.step, "next_rand": torch.rand(3).tolist()}
+    else:
+        resumed = ckpt.resume()
+        assert resumed is not None
+        out = {"info_step": resumed.step, "position": resumed.data_position,
+               "reason": resumed.reason, "saved_world": resumed.world_size,
+               "next_rand": torch.rand(3).tolist()}
+    ckpt.close()
+    out["fingerprint"] = _fingerprint(model.module, opt)
+    Path(directory, f"{phase}-{rank}.json").write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
+def _spawn(world: int, directory: Path, phase: str) -> list[dict[str, Any]]:
+    mp.spawn(_run, args=(world, free_port(), str(directory), phase), nprocs=world, join=True)
+    return [json.loads((directory / f"{phase}-{r}.json").read_text()) for r in range(world)]
+
+
+def test_three_ranks_resume_exactly_what_two_ranks_saved(tmp_path: Path) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    trained = _spawn(2, tmp_path, "train")
+    resumed = _spawn(3, tmp_path, "resume")
+
+    for r in resumed:
+        assert (r["info_step"], r["position"], r["saved_world"]) == (7, 56, 2)
+        assert r["reason"] == "drain node-x"
+        # Model weights and optimizer moments are those the job had when it checkpointed.
+        assert r["fingerprint"] == pytest.approx(trained[0]["fingerprint"], rel=1e-6)
+    # Each rank that existed before continues its own random stream.
+    assert resumed[0]["next_rand"] == trained[0]["next_rand"]
+    assert resumed[1]["next_rand"] == trained[1]["next_rand"]
+
+    # keep=2: only the newest complete checkpoints remain; periodic ones were asynchronous.
+    names = sorted(p.name for p in (tmp_path / "ckpt").glob("step-*"))
+    assert names == ["step-00000006", "step-00000007"]
+    info = latest(tmp_path / "ckpt")
+    assert info is not None and info.extra == {"drain": {"node": "node-x"}}
+
+
+def test_an_interrupted_save_is_never_resumed_from(tmp_path: Path) -> None:
+    complete = tmp_path / "step-00000010"
+    complete.mkdir()
+    (complete / "foreshock.json").write_text(json.dumps(
+        {"step": 10, "data_position": 80, "world_size": 2, "reason": "periodic",
+         "saved_at": 1.0, "extra": {}}))
+    (tmp_path / "step-00000020").mkdir()  # a node died mid-save: no marker
+    (tmp_path / "step-00000020" / "__0_0.distcp").write_bytes(b"partial")
+    (tmp_path / "step-00000030").mkdir()
+    (tmp_path / "step-00000030" / "foreshock.json").write_text("{truncated")
+    info = latest(tmp_path)
+    assert isinstance(info, CheckpointInfo) and info.step == 10 and info.path == complete
+
+
+def test_bad_config_is_refused_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"checkpoint\.every_steps=-1"):
+        CheckpointConfig(dir=tmp_path, every_steps=-1)
+    with pytest.raises(ValueError, match=r"checkpoint\.keep=0"):
+        CheckpointConfig(dir=tmp_path, keep=0)

@@ -1,0 +1,67 @@
+"""``foreshock demo`` end to end, shortened: the real service, model, webhook receiver and three
+torchrun agents on gloo; the degrading node is flagged, drained, and training finishes on two
+nodes losing no step. Nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _leftovers() -> list[str]:
+    """Processes whose command line names a demo's temporary directory."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "foreshock-demo-" in text:
+            found.append(text)
+    return found
+
+
+def _demo_dirs() -> set[str]:
+    """The demo's temporary directories, and torchrun log directories of a demo run."""
+    tmp = Path(tempfile.gettempdir())
+    return ({p.name for p in tmp.glob("foreshock-demo-*")}
+            | {p.name for p in tmp.glob("torchelastic_*/demo_*")})
+
+
+def test_demo_flags_drains_and_resumes_losing_no_step() -> None:
+    before = _demo_dirs()
+    proc = subprocess.run(
+        [sys.executable, "-m", "api", "demo", "--json", "--fail-after", "70", "--develop", "55",
+         "--timeout", "170"],
+        capture_output=True, text=True, timeout=220, check=False)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    what = [m["what"] for m in summary["timeline"]]
+    assert proc.returncode == 0, (summary["missing"], what, proc.stderr[-3000:])
+    assert summary["ok"] is True
+    assert summary["lead_time_s"] > 0  # flagged before the failure struck
+    assert summary["steps_lost"] == 0
+    assert summary["drain_step"] == summary["resumed_from_step"]
+    assert sorted(summary["finished_nodes"]) == ["node-a", "node-b"]
+    assert summary["victim"] == "node-c"
+    assert summary["webhook_deliveries"] >= 1 and summary["webhook_rejected"] == 0
+    for event in ("signed alert received", "on-demand checkpoint", "node drained",
+                  "training resumed", "injected failure would have struck", "training finished"):
+        assert event in what, what
+    assert summary["reactive"]["steps_lost"] >= 0
+    assert _leftovers() == []
+    assert _demo_dirs() - before == set()  # its temporary directory is gone
+
+
+def test_demo_refuses_a_scenario_that_cannot_work() -> None:
+    proc = subprocess.run([sys.executable, "-m", "api", "demo", "--nodes", "1"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode != 0
+    assert "--nodes" in proc.stderr
