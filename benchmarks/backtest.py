@@ -79,6 +79,7 @@ def figures(model_spec: str | None, count: int, only: str | None = None) -> None
             tot: dict[str, float] = {}
             leads: list[float] = []
             for trace in traces:
+                # Each model's own default policy: rules hold like a DCGM `for: 10m` rule.
                 alerts = run(trace, model).alerts
                 rep = evaluate(trace, alerts)
                 for k in ("failures", "failures_with_precursor", "caught", "caught_with_precursor",

@@ -21,11 +21,6 @@ from predictor.scorer import Model, Scorer
 
 ALERT_COLUMNS: tuple[str, ...] = ("ts", "node", "gpu", "kind", "score", "reason")
 
-RULES_POLICY = PolicyConfig(fire_at=0.5, fire_now_at=0.5, persist_s=0.0, resolve_below=0.5,
-                            resolve_after_s=0.0)
-"""Threshold rules alarm as soon as a line is crossed and clear as soon as it is not."""
-
-
 @dataclass(frozen=True, kw_only=True)
 class BacktestResult:
     """What a backtest produced."""
@@ -39,8 +34,8 @@ class BacktestResult:
 
 
 def policy_for(model: Model) -> PolicyConfig:
-    """The default alert policy of ``model`` (the rules baseline gets no hysteresis)."""
-    from predictor.rules import RulesModel
+    """The default alert policy of ``model`` (rules get a DCGM deployment's ``for:`` hold)."""
+    from predictor.rules import RULES_POLICY, RulesModel
 
     return RULES_POLICY if isinstance(model, RulesModel) else PolicyConfig()
 
