@@ -26,6 +26,9 @@ _SIGNATURES: dict[str, tuple[int, str, int, int | bool | None]] = {
     "all_gather_into_tensor": (1, "input_tensor", 2, 3),
     "reduce_scatter": (1, "input_list", 3, 4),
     "reduce_scatter_tensor": (1, "input", 3, 4),
+    # What FSDP2 (fully_shard) issues in torch 2.13; skipped where torch lacks them.
+    "all_gather_single": (1, "input_tensor", 2, 3),
+    "reduce_scatter_single": (1, "input", 3, 4),
     "all_to_all": (1, "input_tensor_list", 2, 3),
     "all_to_all_single": (1, "input", 4, 5),
     "gather": (0, "tensor", 3, 4),
