@@ -23,6 +23,7 @@ from api import (
     subscriptions,
     webhooks,
 )
+from api.loop_lease import LoopLease
 from api.settings import Settings
 from collector.store import Store
 
@@ -32,6 +33,22 @@ BackgroundLoop = Callable[[FastAPI], Coroutine[Any, Any, None]]
 
 # Each loop runs for the service's lifetime; each logs and carries on after its own errors.
 BACKGROUND_LOOPS: tuple[BackgroundLoop, ...] = (maintenance.run, scoring.run, webhooks.run)
+LEASE_RETRY_S = 2.0
+
+
+async def _run_loops_when_leader(app: FastAPI) -> None:
+    """Run the background loops in the one process that holds the store's loop lease."""
+    lease = LoopLease(app.state.store)
+    app.state.loop_lease = lease
+    try:
+        if not await asyncio.to_thread(lease.try_acquire):
+            log.info("another worker runs the background loops on this store; standing by")
+            while not await asyncio.to_thread(lease.try_acquire):
+                await asyncio.sleep(LEASE_RETRY_S)
+        # return_exceptions: one loop failing must not stop the others.
+        await asyncio.gather(*(loop(app) for loop in BACKGROUND_LOOPS), return_exceptions=True)
+    finally:
+        lease.release()
 
 
 def create_app(settings: Settings | None = None, *, store: Store | None = None) -> FastAPI:
@@ -43,7 +60,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         own_store = store is None
         app.state.store = store or Store.open(settings.db_url)
         app.state.http = httpx.AsyncClient(timeout=httpx.Timeout(10.0))
-        tasks = [asyncio.create_task(loop(app), name=loop.__module__) for loop in BACKGROUND_LOOPS]
+        tasks = [asyncio.create_task(_run_loops_when_leader(app), name="background-loops")]
         log.info("foreshock serving with store %s", app.state.store.engine.url.render_as_string())
         try:
             yield
