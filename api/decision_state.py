@@ -11,11 +11,12 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import Float, Index, Integer, String, Text, select
+from sqlalchemy import Float, Index, Integer, String, Text, select, text
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from api.alert_state import Alert, firing_alerts
-from collector.schema import Base, Entity, Point, Series
+from collector.compact import points_join
+from collector.schema import Base
 
 DecisionState = Literal["pending", "acknowledged", "done", "failed", "cancelled"]
 STATES: tuple[str, ...] = ("pending", "acknowledged", "done", "failed", "cancelled")
@@ -104,16 +105,12 @@ class Held:
 
 def active_nodes(session: Session, *, job: str, since: float) -> set[str]:
     """Nodes whose ranks of ``job`` reported a step at or after ``since``."""
-    # The points' primary key (series_id, ts) makes this a short index range per rank.
-    query = (
-        select(Entity.node)
-        .join(Series, Series.entity_id == Entity.id)
-        .join(Point, Point.series_id == Series.id)
-        .where(Entity.job == job, Entity.rank.is_not(None), Series.name == ACTIVITY_METRIC,
-               Point.ts >= since)
-        .distinct()
-    )
-    return set(session.scalars(query))
+    # Per rank series, a short range of the points' (series_id, ts) key, raw or compacted.
+    points = points_join(sqlite=session.get_bind().dialect.name == "sqlite", lo=":since")
+    query = text(
+        f"SELECT DISTINCT e.node FROM entities e JOIN series s ON s.entity_id = e.id {points} "
+        "WHERE e.job = :job AND e.rank IS NOT NULL AND s.name = :name")
+    return set(session.scalars(query, {"job": job, "name": ACTIVITY_METRIC, "since": since}))
 
 
 def _alert_text(alert: Alert) -> str:

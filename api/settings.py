@@ -31,6 +31,9 @@ class Settings(BaseSettings):
         90 * 86400.0, gt=0, description="How long 1-minute rollups are kept.")
     maintenance_interval_s: float = Field(
         60.0, gt=0, description="How often rollups and retention run.")
+    compact_after_s: float = Field(
+        3600.0, ge=0, description="PostgreSQL: narrow points (train.*, net.*) older than this "
+        "move into per-series hour chunks (~95 bytes a point down to ~1-13).")
 
     # --- predictor (predictor issue) ---
     score_interval_s: float = Field(

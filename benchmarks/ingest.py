@@ -12,6 +12,10 @@ overwritten. Bytes per point = the database's size on disk (SQLite file after a 
 PostgreSQL tables with indexes and TOAST) / acknowledged points; also given for the sample tables
 alone (``gpu_samples`` and ``points``), which is what a long run converges to.
 
+On PostgreSQL one compaction pass (collector/compact.py) then runs with a settle age of 0, as
+the maintenance loop runs it on points older than ``FORESHOCK_COMPACT_AFTER_S``: it prints the
+pass's rate and bytes per point after it, the steady state a long-running service converges to.
+
 Points per CPU-second of the service's processes (workers, not the PostgreSQL server) is printed
 beside the wall-clock rate: on a shared machine it says what the code costs, whatever the load.
 """
@@ -50,7 +54,7 @@ PG_ADMIN = os.environ.get("FORESHOCK_TEST_PG", "postgresql://postgres@127.0.0.1:
 NODES_PER_REQUEST = 32
 GPUS = 8
 PEERS = 4
-TABLES = ("entities", "gpu_samples", "series", "points", "events", "rollups")
+TABLES = ("entities", "gpu_samples", "series", "points", "point_chunks", "events", "rollups")
 
 
 def _kv(target: object, key: str, value: object) -> None:
@@ -192,6 +196,35 @@ def _tree_cpu_s(pid: int) -> float:
     return total
 
 
+def _pg_sizes(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("CHECKPOINT")
+        return {t: int(conn.execute("SELECT pg_total_relation_size(%s)", (t,))
+                       .fetchone()[0])  # type: ignore[index]
+                for t in TABLES}
+
+
+def _compact_pg(url: str, dsn: str) -> tuple[int, float, dict[str, int]]:
+    """One compaction pass over everything: (points moved, seconds, table sizes after it).
+
+    ``points`` is then rewritten (VACUUM FULL) to the size of what is left in it: in a running
+    service the freed space is reused by the next raw points rather than growing the table.
+    """
+    from collector.compact import compact_points
+    from collector.store import Store
+
+    store = Store.open(url)
+    try:
+        started = time.perf_counter()
+        report = compact_points(store, now=time.time(), settle_s=0.0)
+        seconds = time.perf_counter() - started
+    finally:
+        store.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM FULL points")
+    return report.points, seconds, _pg_sizes(dsn)
+
+
 def run(db: str, *, seconds: float, senders: int, workers: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="foreshock-bench-"))
     pg_name = f"foreshock_bench_{uuid.uuid4().hex[:8]}"
@@ -207,7 +240,9 @@ def run(db: str, *, seconds: float, senders: int, workers: int) -> None:
     try:
         queue: mp.Queue = mp.Queue()
         start_at = time.time() + 3.0 + 0.5 * senders
-        t0_ns = int((time.time() - 86400) * 1e9)
+        # A day ago, from the start of an hour: compaction's hour chunks then fill as in a long
+        # run instead of being two partial hours. Sub-second digits as a real clock's.
+        t0_ns = int((time.time() - 86400) // 3600 * 3600 * 1e9) + 123_456_789
         procs = [mp.Process(target=sender, args=(i, f"{base}/v1/metrics", seconds, start_at,
                                                   t0_ns, queue)) for i in range(senders)]
         for p in procs:
@@ -228,20 +263,20 @@ def run(db: str, *, seconds: float, senders: int, workers: int) -> None:
     if db == "sqlite":
         with sqlite3.connect(path) as conn:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            marks = ", ".join("?" * len(TABLES))
             sizes = dict(conn.execute(
-                "SELECT name, sum(pgsize) FROM dbstat WHERE name IN (?, ?, ?, ?, ?, ?) "
-                "GROUP BY name", TABLES).fetchall())
+                f"SELECT name, sum(pgsize) FROM dbstat WHERE name IN ({marks}) GROUP BY name",
+                TABLES).fetchall())
         size = sum(f.stat().st_size for f in tmp.glob("bench.db*"))
     else:
         dsn = PG_ADMIN.rsplit("/", 1)[0] + f"/{pg_name}"
-        with psycopg.connect(dsn) as conn:
-            conn.execute("CHECKPOINT")
-            sizes = {t: int(conn.execute("SELECT pg_total_relation_size(%s)", (t,))
-                            .fetchone()[0])  # type: ignore[index]
-                     for t in TABLES}
+        try:
+            sizes = _pg_sizes(dsn)
             size = sum(sizes.values())
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
+            compacted = _compact_pg(url, dsn)
+        finally:
+            with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
     shutil.rmtree(tmp, ignore_errors=True)
     samples = sizes.get("gpu_samples", 0) + sizes.get("points", 0)
     load = os.getloadavg()[0]
@@ -253,6 +288,17 @@ def run(db: str, *, seconds: float, senders: int, workers: int) -> None:
           f"{size / max(acked, 1):.1f} bytes on disk per point "
           f"({size / 2**20:.1f} MiB in all; {samples / max(acked, 1):.1f} bytes per point in the "
           f"sample tables, without the series catalogue that a longer run amortizes)", flush=True)
+    if db != "sqlite":
+        moved, pass_s, after = compacted
+        after_samples = sum(after.get(t, 0) for t in ("gpu_samples", "points", "point_chunks"))
+        print(f"{'':10s} after one compaction pass (settle age 0): {moved:,} narrow points "
+              f"moved into chunks in {pass_s:.1f} s = {moved / max(pass_s, 1e-9):,.0f} points/s; "
+              f"{sum(after.values()) / max(acked, 1):.1f} bytes on disk per point "
+              f"({sum(after.values()) / 2**20:.1f} MiB in all; "
+              f"{after_samples / max(acked, 1):.1f} bytes per point in the sample tables; "
+              f"{after.get('point_chunks', 0) / max(moved, 1):.1f} bytes per narrow point in "
+              f"point_chunks), the steady state of a long-running service, whose autovacuum "
+              f"lets new raw points reuse the space compaction freed", flush=True)
 
 
 def main() -> None:

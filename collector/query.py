@@ -1,7 +1,8 @@
 """Reading series back: list series, range queries with a step and an aggregation, latest values.
 
 A range query reads raw points where they are still kept and 1-minute rollups before that
-(``maintenance_state.raw_kept_from``), so old ranges keep answering after retention.
+(``maintenance_state.raw_kept_from``), so old ranges keep answering after retention. Raw
+narrow points are read whether still in ``points`` or compacted into chunks (collector/compact.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pandas as pd
 from sqlalchemy import text
 
+from collector.compact import points_join
 from collector.metrics import CANONICAL, GPU_COLUMNS
 
 if TYPE_CHECKING:
@@ -110,10 +112,11 @@ def _raw_rows(conn: Any, metric: str, stat: str, where: EntityFilter, start: flo
                f"FROM gpu_samples g JOIN entities e ON e.id = g.entity_id WHERE {cond} "
                f"AND g.ts >= :start AND g.ts <= :end AND g.{col} IS NOT NULL LIMIT :lim")
     else:
-        sql = (f"SELECT s.id AS sid, s.attrs, {_LABELS}, p.ts, p.value FROM points p "
-               f"JOIN series s ON s.id = p.series_id JOIN entities e ON e.id = s.entity_id "
+        points = points_join(sqlite=conn.dialect.name == "sqlite", lo=":start", hi=":end")
+        sql = (f"SELECT s.id AS sid, s.attrs, {_LABELS}, p.ts, p.value FROM series s "
+               f"JOIN entities e ON e.id = s.entity_id {points} "
                f"WHERE {cond} AND s.name = :name AND s.stat = :stat AND s.kind != 'rollup' "
-               "AND p.ts >= :start AND p.ts <= :end LIMIT :lim")
+               "LIMIT :lim")
         params.update(name=metric, stat=stat)
     return pd.read_sql(text(sql), conn, params=params)
 
@@ -180,6 +183,21 @@ def query_range(store: Store, *, metric: str, where: EntityFilter, start: float,
     return out
 
 
+_LATEST_SQLITE = ("JOIN points_all p ON p.series_id = s.id AND p.ts = "
+                  "(SELECT MAX(p2.ts) FROM points_all p2 WHERE p2.series_id = s.id)")
+# The newest raw point or the last one of the newest chunk (its arrays are in time order),
+# whichever is later; the raw one if both are the same point written twice.
+_LATEST_PG = """CROSS JOIN LATERAL (
+  SELECT b.ts, b.value FROM (
+    (SELECT r.ts, r.value, 0 AS chunked FROM points r WHERE r.series_id = s.id
+     ORDER BY r.ts DESC LIMIT 1)
+    UNION ALL
+    (SELECT c.t1, c.vals[array_upper(c.vals, 1)], 1 FROM point_chunks c
+     WHERE c.series_id = s.id ORDER BY c.t0 DESC LIMIT 1)
+  ) b ORDER BY b.ts DESC, b.chunked LIMIT 1
+) p"""
+
+
 def latest(store: Store, *, metric: str, where: EntityFilter, stat: str = ""
            ) -> list[dict[str, Any]]:
     """The newest raw value of ``metric`` for each matching entity (and series)."""
@@ -192,9 +210,9 @@ def latest(store: Store, *, metric: str, where: EntityFilter, stat: str = ""
                f"AND g2.{col} IS NOT NULL) ORDER BY e.job, e.node, e.gpu")
     else:
         sql = (f"SELECT {_LABELS}, s.attrs, p.ts, p.value FROM series s "
-               f"JOIN entities e ON e.id = s.entity_id JOIN points p ON p.series_id = s.id "
+               f"JOIN entities e ON e.id = s.entity_id "
+               f"{_LATEST_SQLITE if store.is_sqlite else _LATEST_PG} "
                f"WHERE {cond} AND s.name = :name AND s.stat = :stat AND s.kind != 'rollup' "
-               "AND p.ts = (SELECT MAX(p2.ts) FROM points p2 WHERE p2.series_id = s.id) "
                "ORDER BY e.job, e.node, s.id")
         params.update(name=metric, stat=stat)
     with store.engine.connect() as conn:

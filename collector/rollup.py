@@ -5,6 +5,13 @@ retention are deleted. Disk stays bounded by the two retention times.
 Rollups are made from the raw data at the moment it leaves, minute-aligned window by window,
 each window in one transaction that also moves ``maintenance_state.raw_kept_from``: a query
 reads raw data from that instant on and rollups before it, never both for the same minute.
+
+Points compacted into hour chunks (PostgreSQL, collector/compact.py) are rolled up the same way
+but leave with their whole chunk, once its last point is rolled up: rewriting every series'
+oldest chunk on each pass, a minute at a time, would write an hour of data sixty times. Until
+then a chunk's points older than the watermark stay readable as raw data (a trace export may
+show them) and are never rolled up twice: compaction only takes points at or after the
+watermark, so every compacted point before it has been rolled up.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from sqlalchemy import Connection, text
 
+from collector.compact import chunk_points
 from collector.metrics import GPU_METRICS
 from collector.query import raw_kept_from
 
@@ -60,7 +68,8 @@ def _gpu_series_ids(store: Store, conn: Connection, pairs: pd.DataFrame
     return {(int(r["entity_id"]), str(r["name"])): ids[str(r["key"])] for r in rows}
 
 
-def _window_rollups(store: Store, conn: Connection, lo: float, hi: float) -> pd.DataFrame:
+def _window_rollups(store: Store, conn: Connection, lo: float, hi: float,
+                    kept: float) -> pd.DataFrame:
     cols = ", ".join(f"g.{c}" for c in _COLS)
     # Joining through entities lets both databases seek the (entity_id, ts) primary key.
     gpu = pd.read_sql(text(
@@ -77,9 +86,10 @@ def _window_rollups(store: Store, conn: Connection, lo: float, hi: float) -> pd.
         stats["series_id"] = [ids[(int(e), n)] for e, n in zip(stats["entity_id"],
                                                                   stats["name"], strict=True)]
         parts.append(stats)
-    points = pd.read_sql(text(
-        "SELECT p.series_id, p.ts, p.value FROM series s JOIN points p ON p.series_id = s.id "
-        "WHERE p.ts >= :lo AND p.ts < :hi"), conn, params={"lo": lo, "hi": hi})
+    # Compacted points older than the watermark (``kept``, or ``lo`` once a window of this pass
+    # has moved it) were rolled up already (see the docstring).
+    points = pd.read_sql(text(_POINTS_SQLITE if store.is_sqlite else _POINTS_PG), conn,
+                         params={"lo": lo, "hi": hi, "chunks_lo": max(lo, kept)})
     if len(points):
         parts.append(_minute_stats(points, ["series_id"]))
     if not parts:
@@ -89,18 +99,27 @@ def _window_rollups(store: Store, conn: Connection, lo: float, hi: float) -> pd.
 
 def _newest_raw_ts(conn: Connection) -> float | None:
     # Per-entity maxima use the (entity_id, ts) keys; a bare MAX(ts) would scan everything.
-    highs = [conn.execute(text(
-        "SELECT MAX((SELECT MAX(g.ts) FROM gpu_samples g WHERE g.entity_id = e.id)) "
-        "FROM entities e")).scalar(), conn.execute(text(
-        "SELECT MAX((SELECT MAX(p.ts) FROM points p WHERE p.series_id = s.id)) "
-        "FROM series s")).scalar()]
-    found = [float(v) for v in highs if v is not None]
+    sql = ["SELECT MAX((SELECT MAX(g.ts) FROM gpu_samples g WHERE g.entity_id = e.id)) "
+           "FROM entities e",
+           "SELECT MAX((SELECT MAX(p.ts) FROM points p WHERE p.series_id = s.id)) FROM series s"]
+    if conn.dialect.name != "sqlite":
+        # A series' newest chunk (by its key) ends with its newest compacted point.
+        sql.append("SELECT MAX((SELECT c.t1 FROM point_chunks c WHERE c.series_id = s.id "
+                   "ORDER BY c.t0 DESC LIMIT 1)) FROM series s")
+    found = [float(v) for v in (conn.execute(text(q)).scalar() for q in sql) if v is not None]
     return max(found) if found else None
 
 
-def _first_raw_ts(conn: Connection) -> float | None:
+def _first_raw_ts(conn: Connection, kept: float) -> float | None:
+    """The oldest raw point not rolled up yet (or a little before it)."""
     lows = [conn.execute(text(f"SELECT MIN(ts) FROM {t}")).scalar() for t in
             ("gpu_samples", "points")]
+    if conn.dialect.name != "sqlite":
+        # Per series, its chunks by key up to the first one that reaches the watermark.
+        chunk = conn.execute(text(
+            "SELECT MIN((SELECT MIN(c.t0) FROM point_chunks c WHERE c.series_id = s.id "
+            "AND c.t1 >= :kept)) FROM series s"), {"kept": kept}).scalar()
+        lows.append(None if chunk is None else max(float(chunk), kept))
     found = [float(v) for v in lows if v is not None]
     return min(found) if found else None
 
@@ -125,7 +144,7 @@ def roll_up_and_expire(store: Store, *, now: float, raw_retention_s: float,
     cutoff = math.floor((reference - raw_retention_s) / 60.0) * 60.0
     rolled = 0
     with store.engine.connect() as conn:
-        first = _first_raw_ts(conn) if cutoff > kept else None
+        first = _first_raw_ts(conn, kept) if cutoff > kept else None
     if first is not None and first < cutoff:
         # From the oldest raw point, not from the watermark: late or imported points older
         # than it are rolled up too (merged into their minutes) instead of lingering.
@@ -133,13 +152,15 @@ def roll_up_and_expire(store: Store, *, now: float, raw_retention_s: float,
         while lo < cutoff:
             hi = min(cutoff, lo + WINDOW_S)
             with store.writer.transaction() as conn:
-                stats = _window_rollups(store, conn, lo, hi)
+                stats = _window_rollups(store, conn, lo, hi, kept)
                 if len(stats):
                     conn.execute(text(_MERGE_SQLITE if store.is_sqlite else _MERGE_PG),
                                  _records(stats))
                     rolled += len(stats)
                 for table in ("gpu_samples", "points"):
                     conn.execute(text(f"DELETE FROM {table} WHERE ts < :hi"), {"hi": hi})
+                if not store.is_sqlite:
+                    conn.execute(text(_DELETE_CHUNKS), {"hi": hi})
                 _set_state(conn, "raw_kept_from", max(kept, hi))
             lo = hi
     horizon = reference - rollup_retention_s
@@ -153,6 +174,19 @@ def roll_up_and_expire(store: Store, *, now: float, raw_retention_s: float,
         log.info("retention: %s", report)
     return report
 
+
+_POINTS_SQLITE = ("SELECT p.series_id, p.ts, p.value FROM series s "
+                  "JOIN points_all p ON p.series_id = s.id WHERE p.ts >= :lo AND p.ts < :hi")
+_POINTS_PG = f"""SELECT s.id AS series_id, p.ts, p.value FROM series s CROSS JOIN LATERAL (
+  SELECT r.ts, r.value FROM points r WHERE r.series_id = s.id AND r.ts >= :lo AND r.ts < :hi
+  UNION ALL
+  {chunk_points(series="s.id", lo=":chunks_lo", hi=":hi")}
+) p WHERE p.ts < :hi"""
+# Chunks whose last point is rolled up, found per series through the (series_id, t0) key.
+_DELETE_CHUNKS = """DELETE FROM point_chunks WHERE ctid = ANY(ARRAY(
+  SELECT x.ctid FROM series s CROSS JOIN LATERAL (
+    SELECT c.ctid FROM point_chunks c WHERE c.series_id = s.id AND c.t0 < :hi AND c.t1 < :hi
+  ) x))"""
 
 _MERGE = (
     "INSERT INTO rollups (series_id, ts, min, max, mean, last, count) "

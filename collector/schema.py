@@ -4,12 +4,14 @@ Canonical GPU metrics live in one wide table, a column each, because every sampl
 carries all of them at once: one row holds ~15 points, which keeps disk per point small and
 lets the predictor and the dashboards read a GPU's history with one indexed range scan.
 Everything else (training, network, arbitrary OTel metrics) is a narrow ``points`` table keyed
-by ``series``.
+by ``series``; on PostgreSQL, settled points move into ``point_chunks`` (collector/compact.py)
+and readers see both through the view ``points_all``.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Float,
     ForeignKey,
     Index,
@@ -17,6 +19,7 @@ from sqlalchemy import (
     String,
     Text,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from collector.metrics import GPU_METRICS
@@ -93,6 +96,26 @@ class Point(Base):
     value: Mapped[float] = mapped_column(Float)
 
     __table_args__ = {"sqlite_with_rowid": False}  # noqa: RUF012
+
+
+class PointChunk(Base):
+    """Settled points of one series in one hour, compacted (PostgreSQL only).
+
+    Written by collector/compact.py (which documents the encoding) and read with ``points``
+    through the view ``points_all``; SQLite stores have no such table.
+    """
+
+    __tablename__ = "point_chunks"
+
+    series_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    t0: Mapped[float] = mapped_column(Float, primary_key=True)
+    """Start of the window (Unix seconds, a multiple of ``compact.WINDOW_S``)."""
+    t1: Mapped[float] = mapped_column(Float)
+    """Timestamp of the chunk's last point."""
+    ts_deltas: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    """Ticks of 2**-22 s from ``t0`` to the first point, then from each point to the next."""
+    vals: Mapped[list[float]] = mapped_column(ARRAY(Float))
+    """The values, in time order."""
 
 
 class Event(Base):

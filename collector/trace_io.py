@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import text
 
+from collector.compact import points_join
 from collector.fleet_trace import FleetTrace, TraceMeta, empty_frame
 from collector.metrics import CANONICAL, GPU_METRICS, LINK_TRACE_METRICS, NODE_TRACE_METRICS
 from collector.otlp import GPU_INDEX, N_GPU, Batch, Entity
@@ -59,10 +60,13 @@ def _read_gpu(conn: Any, where: str, params: dict[str, Any]) -> pd.DataFrame:
 def _read_points(conn: Any, where: str, params: dict[str, Any], names: tuple[str, ...]
                  ) -> pd.DataFrame:
     in_names = ", ".join(f":n{i}" for i in range(len(names)))
+    points = points_join(sqlite=conn.dialect.name == "sqlite",
+                         lo=":start" if "start" in params else None,
+                         hi=":end" if "end" in params else None)
     params = {**params, **{f"n{i}": n for i, n in enumerate(names)}}
     return pd.read_sql(text(
         "SELECT p.ts, e.node, e.rank, e.peer, s.name, s.stat, s.kind, s.attrs, p.value "
-        "FROM points p JOIN series s ON s.id = p.series_id JOIN entities e ON e.id = s.entity_id "
+        f"FROM series s JOIN entities e ON e.id = s.entity_id {points} "
         f"WHERE {where} AND s.name IN ({in_names})"), conn, params=params)
 
 

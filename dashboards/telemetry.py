@@ -8,6 +8,7 @@ series name) and one ``value`` column: Grafana turns that long frame into one se
 
 from __future__ import annotations
 
+from collector.compact import chunk_points
 from collector.metrics import GPU_METRICS
 
 _CANONICAL = {m.column: m.name for m in GPU_METRICS}
@@ -101,16 +102,24 @@ ORDER BY 1, 2
 """
 
 
+_CHUNKED = chunk_points(series="s.id", lo="$__unixEpochFrom()", hi="$__unixEpochTo()")
+
 SERIES_POINTS = f"""CROSS JOIN LATERAL (
   SELECT ts, value FROM points
   WHERE series_id = s.id AND $__unixEpochFilter(ts) AND ts >= {CUT}
   UNION ALL
+  SELECT ts, value FROM (
+  {_CHUNKED}
+  ) chunked WHERE ts >= {CUT}
+  UNION ALL
   SELECT ts, mean FROM rollups
   WHERE series_id = s.id AND $__unixEpochFilter(ts) AND ts < {CUT}
 ) p"""
-"""Points ``p`` of series ``s`` in the range: raw, or rollup means where the panel reads rollups.
+"""Points ``p`` of series ``s`` in the range: raw (still in ``points`` or compacted into
+``point_chunks``), or rollup means where the panel reads rollups.
 
-A lateral join, so that each picked series is one index range scan on ``(series_id, ts)``."""
+A lateral join, so that each picked series is one index range scan on ``(series_id, ts)`` and
+one on the chunks' ``(series_id, t0)``."""
 
 
 def signals(column: str) -> str:

@@ -2,7 +2,8 @@
 
 Two nodes of two GPUs over 30 minutes at 10 s: an ECC counter that resets, XIDs, a link that
 degrades in the last 15 minutes, training metrics with collective ops and kernels, risk
-scores, alerts (through ``api.alert_state``) and a checkpoint-and-drain decision.
+scores, alerts (through ``api.alert_state``) and a checkpoint-and-drain decision; the first 15
+minutes rolled up and the rest of the narrow points compacted (PostgreSQL).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import numpy as np
 import pandas as pd
 
+from collector.compact import WINDOW_S, compact_points
 from collector.fleet_trace import FleetTrace, TraceMeta
 from collector.metrics import GPU_METRICS
 from collector.otlp import decode, flatten
@@ -138,11 +140,20 @@ def _roll_up(store: Store) -> None:
     assert report.rolled_up_rows > 0 and report.deleted_raw_before == ROLLED_UP_TO
 
 
-def load(store: Store) -> None:
-    """Write the whole fleet's data into ``store``."""
+def _compact(store: Store) -> None:
+    """The maintenance loop's compaction an hour later (PostgreSQL): the narrow points left
+    raw by retention move into chunks, so the panels read rollups and compacted points."""
+    report = compact_points(store, now=END + WINDOW_S, settle_s=0.0)
+    assert store.is_sqlite or report.points > 0
+
+
+def load(store: Store, *, compact: bool = True) -> None:
+    """Write the whole fleet's data into ``store`` (``compact``: then compact what is raw)."""
     store.write_trace(build_trace(), job=JOB)
     batch = flatten(decode(_hook_request(), "application/json"), now=END, max_future_s=60.0)
     assert batch.rejected == 0, batch.error_message()
     store.write(batch)
     _scores_and_alerts(store)
     _roll_up(store)
+    if compact:
+        _compact(store)
