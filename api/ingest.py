@@ -23,14 +23,11 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import get_settings, get_store, require_ingest_token
 from api.settings import Settings
-from collector.otlp import FlattenCache, OtlpDecodeError, decode, flatten
+from collector.otlp import JSON, PROTOBUF, OtlpCache, OtlpDecodeError, read_batch
 from collector.store import Store
 from collector.writer import StoreUnavailableError, WriteResult
 
 log = logging.getLogger("foreshock.ingest")
-
-PROTOBUF = "application/x-protobuf"
-JSON = "application/json"
 
 router = APIRouter(tags=["ingest"])
 
@@ -89,12 +86,12 @@ async def _read_body(request: Request, *, limit: int, gzipped: bool) -> bytes:
 
 
 def _store_request(body: bytes, media: str, settings: Settings, store: Store,
-                   cache: FlattenCache) -> WriteResult:
+                   cache: OtlpCache) -> WriteResult:
     try:
-        request = decode(body, media)
+        batch = read_batch(body, media, now=time.time(), max_future_s=settings.max_future_s,
+                           cache=cache)
     except OtlpDecodeError as exc:
         raise IngestError(400, str(exc), 3) from exc
-    batch = flatten(request, now=time.time(), max_future_s=settings.max_future_s, cache=cache)
     try:
         return store.write(batch, max_series_per_job=settings.max_series_per_job)
     except (OperationalError, StoreUnavailableError) as exc:
@@ -104,11 +101,11 @@ def _store_request(body: bytes, media: str, settings: Settings, store: Store,
         raise IngestError(503, f"store unavailable, retry: {reason}", 14) from exc
 
 
-def _cache(request: Request) -> FlattenCache:
+def _cache(request: Request) -> OtlpCache:
     # One per app (and per store): what it remembers is only valid for the ids of one store.
     cache = getattr(request.app.state, "otlp_cache", None)
     if cache is None:
-        cache = request.app.state.otlp_cache = FlattenCache()
+        cache = request.app.state.otlp_cache = OtlpCache()
     return cache
 
 

@@ -1,14 +1,12 @@
-"""OTLP metrics decoding: protobuf or JSON bodies in, one flat :class:`Batch` out.
+"""OTLP metrics bodies in, one flat :class:`~collector.batch.Batch` out.
 
-The flattening decides where each point lives (metrics.md): canonical ``gpu.*`` samples become
-columns of a wide per-GPU row, ``gpu.xid`` points become events, everything else becomes a point
-of a narrow series. Bad points are rejected one by one (and counted) while the rest is kept.
+``read_batch`` is the receiver's entry point: a protobuf body whose layout was seen before is
+read through it (collector/otlp_layout.py); any other body is decoded here and flattened
+(collector/flatten.py), and its layout learned for the next time.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 
 from google.protobuf import json_format
@@ -17,88 +15,35 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from collector.metrics import GPU_METRICS, XID
+# Re-exported: modules outside the receiver (trace_io, tests) import these names from here.
+from collector.batch import GPU_INDEX, N_GPU, Batch, Entity, SeriesRef, entity_key
+from collector.flatten import FlattenCache, RejectedPoint, flatten
+from collector.otlp_layout import LayoutCache, learn
 
-GPU_INDEX: dict[str, int] = {m.name: i for i, m in enumerate(GPU_METRICS)}
-"""Canonical gpu.* name -> position in a wide row (the order of ``GPU_METRICS``)."""
-N_GPU = len(GPU_METRICS)
+__all__ = ["GPU_INDEX", "JSON", "N_GPU", "PROTOBUF", "Batch", "Entity", "FlattenCache",
+           "OtlpCache", "OtlpDecodeError", "RejectedPoint", "SeriesRef", "decode",
+           "entity_key", "flatten", "read_batch"]
 
-_MAX_ERRORS = 5
-_NO_RECORDED_VALUE = 1  # DataPointFlags.FLAG_NO_RECORDED_VALUE
-_STALE = b"no recorded value"  # memo marker of a point flagged FLAG_NO_RECORDED_VALUE
-
-Entity = tuple[str, str, int | None, int | None, str | None, str | None]
-"""``(job, node, rank, gpu, peer, gpu_uuid)``; the first five identify it."""
-SeriesRef = tuple[Entity, str, str, str, str, str]
-"""``(entity, name, stat, kind, unit, attrs_json)``."""
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
 
 
 class OtlpDecodeError(ValueError):
     """The body is not a valid OTLP ExportMetricsServiceRequest; the message says why."""
 
 
-class RejectedPoint(ValueError):
-    """One data point cannot be stored; the message names the metric and what was wrong."""
-
-
-def entity_key(e: Entity) -> str:
-    """The unique ``job|node|rank|gpu|peer`` key of an entity (empty parts where absent)."""
-    job, node, rank, gpu, peer, _ = e
-    return (f"{job}|{node}|{'' if rank is None else rank}|{'' if gpu is None else gpu}"
-            f"|{peer or ''}")
-
-
 @dataclass(slots=True)
-class Batch:
-    """One request's accepted points, grouped by table; rejected ones only counted.
+class OtlpCache:
+    """What earlier requests taught, for one store: series by attributes, request layouts."""
 
-    Points refer to entities and series by their position in ``entities`` and ``series``, so
-    the store resolves each distinct one once per batch, not once per point.
-    """
-
-    entities: list[Entity] = field(default_factory=list)
-    entity_index: dict[Entity, int] = field(default_factory=dict)
-    series: list[SeriesRef] = field(default_factory=list)
-    series_index: dict[SeriesRef, int] = field(default_factory=dict)
-    gpu: dict[tuple[int, float], list[float | None]] = field(default_factory=dict)
-    """(GPU entity position, ts) -> values in ``GPU_METRICS`` order (None where not sent)."""
-    points: dict[tuple[int, float], float] = field(default_factory=dict)
-    """(series position, ts) -> value; a repeated key keeps the last value (idempotent)."""
-    events: set[tuple[int, float, str, int | None]] = field(default_factory=set)
-    """(entity position, ts, kind, code)."""
-    accepted: int = 0
-    rejected: int = 0
-    errors: list[str] = field(default_factory=list)
-
-    def entity(self, e: Entity) -> int:
-        """The position of entity ``e`` (added if new)."""
-        i = self.entity_index.get(e)
-        if i is None:
-            i = self.entity_index[e] = len(self.entities)
-            self.entities.append(e)
-        return i
-
-    def series_ref(self, r: SeriesRef) -> int:
-        """The position of series ``r`` (added if new)."""
-        i = self.series_index.get(r)
-        if i is None:
-            i = self.series_index[r] = len(self.series)
-            self.series.append(r)
-        return i
-
-    def reject(self, message: str, count: int = 1) -> None:
-        self.rejected += count
-        if len(self.errors) < _MAX_ERRORS and message not in self.errors:
-            self.errors.append(message)
-
-    def error_message(self) -> str:
-        return "; ".join(self.errors)
+    flatten: FlattenCache = field(default_factory=FlattenCache)
+    layouts: LayoutCache = field(default_factory=LayoutCache)
 
 
 def decode(body: bytes, content_type: str) -> ExportMetricsServiceRequest:
     """Parse ``body`` as ``application/x-protobuf`` or ``application/json`` (OTLP/HTTP)."""
     request = ExportMetricsServiceRequest()
-    if content_type == "application/json":
+    if content_type == JSON:
         try:
             json_format.Parse(body.decode("utf-8"), request, ignore_unknown_fields=True)
         except (json_format.ParseError, UnicodeDecodeError, RecursionError) as exc:
@@ -112,317 +57,21 @@ def decode(body: bytes, content_type: str) -> ExportMetricsServiceRequest:
     return request
 
 
-def _attr(kv: object) -> tuple[str, object]:
-    v = kv.value  # type: ignore[attr-defined]
-    which = v.WhichOneof("value")
-    if which is None:
-        return kv.key, None  # type: ignore[attr-defined]
-    if which in ("array_value", "kvlist_value", "bytes_value"):
-        return kv.key, json_format.MessageToDict(v).get(  # type: ignore[attr-defined]
-            {"array_value": "arrayValue", "kvlist_value": "kvlistValue",
-             "bytes_value": "bytesValue"}[which])
-    return kv.key, getattr(v, which)  # type: ignore[attr-defined]
+def read_batch(body: bytes, content_type: str, *, now: float, max_future_s: float,
+               cache: OtlpCache) -> Batch:
+    """Every data point of an OTLP/HTTP body sorted into a :class:`Batch` (bad ones rejected).
 
-
-def _str_attr(attrs: dict[str, object], key: str, metric: str) -> str | None:
-    v = attrs.get(key)
-    if v is None or isinstance(v, str):
-        return v
-    raise RejectedPoint(f"{metric}: attribute {key!r} must be a string, got {v!r}")
-
-
-def _int_attr(attrs: dict[str, object], key: str, metric: str) -> int | None:
-    v = attrs.get(key)
-    if v is None:
-        return None
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-        return v
-    if isinstance(v, str) and v.isdigit():
-        return int(v)
-    raise RejectedPoint(f"{metric}: attribute {key!r} must be a non-negative integer, got {v!r}")
-
-
-class _Flattener:
-    def __init__(self, *, now: float, max_future_s: float, cache: FlattenCache) -> None:
-        self.batch = Batch()
-        self.now = now
-        self.latest_ok_ns = int((now + max_future_s) * 1e9)
-        self.cache = cache
-        self.new_entries = 0
-        # (resource, metric or family) -> attribute bytes -> position in this batch
-        self.memo: dict[tuple[int, str], dict[bytes, int | str | bytes]] = {}
-
-    def reject_ts(self, ts_ns: int, metric: str) -> str:
-        if ts_ns <= 0:
-            return f"{metric}: data point has no time_unix_nano"
-        ts = ts_ns / 1e9
-        return f"{metric}: timestamp {ts:.3f} is {ts - self.now:.0f} s in the future"
-
-    def entity(self, resource: dict[str, object], dp: object, metric: str,
-               family: str) -> tuple[Entity, dict[str, object]]:
-        """The point's entity and its non-entity attributes."""
-        point_attrs = dict(_attr(kv) for kv in dp.attributes)  # type: ignore[attr-defined]
-        attrs = {**resource, **point_attrs}
-        job = _str_attr(attrs, "job", metric) or "default"
-        node = _str_attr(attrs, "node", metric) or _str_attr(attrs, "host.name", metric)
-        rank = _int_attr(attrs, "rank", metric)
-        gpu = _int_attr(attrs, "gpu", metric)
-        peer = _str_attr(attrs, "peer", metric)
-        uuid = _str_attr(attrs, "gpu.uuid", metric)
-        if family != "other" and not node:
-            raise RejectedPoint(f"{metric}: missing the 'node' attribute")
-        if family == "gpu":
-            if gpu is None:
-                raise RejectedPoint(f"{metric}: missing the 'gpu' attribute (GPU index)")
-            ent: Entity = (job, node or "", None, gpu, None, uuid)
-        elif family == "xid":
-            ent = (job, node or "", None, gpu, None, uuid)
-        elif family == "train":
-            ent = (job, node or "", rank, None, None, None)
-        elif family == "net":
-            if not peer:
-                raise RejectedPoint(f"{metric}: missing the 'peer' attribute")
-            ent = (job, node or "", None, None, peer, None)
-        else:
-            ent = (job, node or "", rank, gpu, peer, uuid)
-        extra = {k: v for k, v in point_attrs.items() if k not in _ENTITY_KEYS}
-        return ent, extra
-
-    def resolve(self, resource: dict[str, object], dp: object, name: str, family: str,
-                kind: str, unit: str, stat: str = "") -> Entity | SeriesRef | str:
-        """The point's entity (gpu/xid) or series (others), or the reason to reject it."""
-        try:
-            ent, extra = self.entity(resource, dp, name, family)
-        except RejectedPoint as exc:
-            return str(exc)
-        if family in ("gpu", "xid"):
-            return ent
-        attrs = json.dumps(extra, sort_keys=True, default=str) if extra else "{}"
-        return (ent, name, stat, kind, unit, attrs)
-
-    def position(self, ref: Entity | SeriesRef | str) -> int | str:
-        if isinstance(ref, str):
-            return ref
-        if isinstance(ref[0], tuple):
-            return self.batch.series_ref(ref)
-        return self.batch.entity(ref)
-
-    def number(self, rpos: int, resource: dict[str, object], metric: object, kind: str,
-               points: object) -> None:
-        name: str = metric.name  # type: ignore[attr-defined]
-        unit: str = metric.unit  # type: ignore[attr-defined]
-        col = GPU_INDEX.get(name)
-        family = _family(name, col)
-        batch = self.batch
-        memo_key = (rpos, "gpu" if col is not None else name + "\0" + kind + "\0" + unit)
-        memo = self.memo.setdefault(memo_key, {})
-        known = self.cache.memo(memo_key)
-        latest_ok = self.latest_ok_ns
-        gpu, out, isfinite = batch.gpu, batch.points, math.isfinite
-        accepted = 0
-        for dp in points:  # type: ignore[attr-defined]
-            # Hot loop: the attributes are recognised by their serialized bytes (the point's
-            # encoding after its fixed64 time and value fields), parsed only once per request.
-            ts_ns = dp.time_unix_nano
-            start = dp.start_time_unix_nano
-            value = dp.as_double or dp.as_int
-            raw = dp.SerializeToString()
-            key = raw[9 * (1 + (ts_ns != 0) + (start != 0)):]
-            pos = memo.get(key)
-            if pos is None:
-                if value == 0 and dp.WhichOneof("value") is None:
-                    batch.reject(f"{name}: data point has no value")
-                    continue
-                ref = known.get(key)
-                if ref is None:
-                    ref = known[key] = self.resolve(resource, dp, name, family, kind, unit)
-                    self.new_entries += 1
-                # The flags are encoded after the attributes, so they are part of the key.
-                pos = memo[key] = (_STALE if dp.flags & _NO_RECORDED_VALUE
-                                   else self.position(ref))
-            # value - value is 0.0 exactly when the value is finite (NaN and inf give NaN).
-            if pos.__class__ is not int or value - value != 0.0 or not 0 < ts_ns <= latest_ok:
-                if pos is _STALE:
-                    continue  # a staleness marker, not a value
-                if pos.__class__ is str:
-                    batch.reject(pos)
-                elif not isfinite(value):
-                    batch.reject(f"{name}: value {value} is not finite")
-                else:
-                    batch.reject(self.reject_ts(ts_ns, name))
-                continue
-            ts = ts_ns / 1e9
-            if col is not None:
-                key2 = (pos, ts)
-                row = gpu.get(key2)
-                if row is None:
-                    row = gpu[key2] = [None] * N_GPU
-                row[col] = float(value)
-            elif family == "xid":
-                batch.events.add((pos, ts, "xid", int(value)))
-            else:
-                out[(pos, ts)] = float(value)
-            accepted += 1
-        batch.accepted += accepted
-
-    def distribution(self, rpos: int, resource: dict[str, object], metric: object, kind: str,
-                     points: object) -> None:
-        name: str = metric.name  # type: ignore[attr-defined]
-        unit: str = metric.unit  # type: ignore[attr-defined]
-        family = _family(name, None)
-        if family == "xid":
-            family = "other"
-        known = self.cache.memo((rpos, name + "\0" + kind + "\0" + unit))
-        # attribute bytes (+ the stats present when not all are) -> positions of the stats
-        memo: dict[bytes, tuple[int, ...] | str] = {}
-        full = ("count", "sum") if kind == "summary" else ("count", "sum", "min", "max")
-        batch, out, latest_ok = self.batch, self.batch.points, self.latest_ok_ns
-        accepted = 0
-        for dp in points:  # type: ignore[attr-defined]
-            if dp.flags & _NO_RECORDED_VALUE:
-                continue
-            names: tuple[str, ...] = full
-            if kind == "summary":
-                values: tuple[float, ...] = (float(dp.count), dp.sum)
-            elif dp.HasField("sum") and dp.HasField("min") and dp.HasField("max"):
-                values = (float(dp.count), dp.sum, dp.min, dp.max)
-            else:
-                names = ("count", *(s for s in full[1:] if dp.HasField(s)))
-                values = (float(dp.count), *(getattr(dp, s) for s in names[1:]))
-            total = sum(values)
-            if total - total != 0.0:  # some value is NaN or infinite (or the sum overflowed)
-                bad = [s for s, v in zip(names, values, strict=True) if not math.isfinite(v)]
-                if bad:
-                    batch.reject(f"{name}: {kind} {bad[0]} is not finite")
-                    continue
-            ts_ns = dp.time_unix_nano
-            if not 0 < ts_ns <= latest_ok:
-                batch.reject(self.reject_ts(ts_ns, name))
-                continue
-            attr_key = b"".join([kv.SerializeToString() for kv in dp.attributes])
-            mkey = attr_key if names is full else attr_key + b"\0" + "|".join(names).encode()
-            positions = memo.get(mkey)
-            if positions is None:
-                positions = memo[mkey] = self.stat_positions(
-                    resource, dp, attr_key, names, known,
-                    name=name, family=family, kind=kind, unit=unit)
-            if positions.__class__ is str:
-                batch.reject(positions)
-                continue
-            ts = ts_ns / 1e9
-            for pos, v in zip(positions, values, strict=True):
-                out[(pos, ts)] = v  # type: ignore[index]
-            accepted += 1
-        batch.accepted += accepted
-
-    def stat_positions(self, resource: dict[str, object], dp: object, attr_key: bytes,
-                       names: tuple[str, ...], known: dict[bytes, Entity | SeriesRef | str], *,
-                       name: str, family: str, kind: str, unit: str) -> tuple[int, ...] | str:
-        """Positions of the series of each stat in ``names``, or why the point is rejected."""
-        positions: list[int] = []
-        for stat in names:
-            key = attr_key + b"\0" + stat.encode()
-            ref = known.get(key)
-            if ref is None:
-                ref = known[key] = self.resolve(resource, dp, name, family, kind, unit, stat)
-                self.new_entries += 1
-            pos = self.position(ref)
-            if isinstance(pos, str):
-                return pos
-            positions.append(pos)
-        return tuple(positions)
-
-
-_ENTITY_KEYS = frozenset({"job", "node", "rank", "gpu", "peer", "gpu.uuid"})
-
-
-def _family(name: str, col: int | None) -> str:
-    if col is not None:
-        return "gpu"
-    if name == XID.name:
-        return "xid"
-    if name.startswith("train."):
-        return "train"
-    if name.startswith("net.link."):
-        return "net"
-    return "other"
-
-
-class FlattenCache:
-    """What earlier requests taught: attribute bytes -> entity or series, per resource and metric.
-
-    A hook sends the same series every interval, so after the first request the attributes of
-    a point are recognised by their bytes alone. Bounded: cleared when it grows past ``limit``.
+    Raises :class:`OtlpDecodeError` if the body does not decode.
     """
-
-    def __init__(self, limit: int = 1_000_000) -> None:
-        self.limit = limit
-        self._resources: dict[bytes, int] = {}
-        self._memos: dict[tuple[int, str], dict[bytes, Entity | SeriesRef | str]] = {}
-        self._entries = 0
-
-    def resource_id(self, resource: bytes) -> int:
-        rid = self._resources.get(resource)
-        if rid is None:
-            rid = self._resources[resource] = len(self._resources)
-            self._entries += 1
-        return rid
-
-    def memo(self, key: tuple[int, str]) -> dict[bytes, Entity | SeriesRef | str]:
-        found = self._memos.get(key)
-        if found is None:
-            found = self._memos[key] = {}
-        return found
-
-    def grew(self, entries: int) -> None:
-        """Count ``entries`` new memo entries; past the limit, start afresh."""
-        self._entries += entries
-        if self._entries > self.limit:
-            self._resources.clear()
-            self._memos.clear()
-            self._entries = 0
-
-
-def flatten(request: ExportMetricsServiceRequest, *, now: float, max_future_s: float,
-            cache: FlattenCache | None = None) -> Batch:
-    """Every data point of ``request`` sorted into a :class:`Batch` (bad ones rejected)."""
-    cache = cache or FlattenCache()
-    f = _Flattener(now=now, max_future_s=max_future_s, cache=cache)
-    for rm in request.resource_metrics:
-        rpos = cache.resource_id(rm.resource.SerializeToString())
-        resource: dict[str, object] = {}
-        bad_resource = None
-        for kv in rm.resource.attributes:
-            key, value = _attr(kv)
-            resource[key] = value
-        for key in ("job", "node", "peer", "gpu.uuid"):
-            if resource.get(key) is not None and not isinstance(resource[key], str):
-                bad_resource = f"resource attribute {key!r} must be a string, got {resource[key]!r}"
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                which = metric.WhichOneof("data")
-                if bad_resource is not None:
-                    data = getattr(metric, which) if which else None
-                    f.batch.reject(bad_resource, len(data.data_points) if data else 0)
-                    continue
-                if not metric.name:
-                    data = getattr(metric, which) if which else None
-                    f.batch.reject("a metric has an empty name",
-                                   len(data.data_points) if data else 0)
-                elif which == "gauge":
-                    f.number(rpos, resource, metric, "gauge", metric.gauge.data_points)
-                elif which == "sum":
-                    kind = "delta" if metric.sum.aggregation_temporality == 1 else "cumulative"
-                    f.number(rpos, resource, metric, kind, metric.sum.data_points)
-                elif which == "histogram":
-                    kind = ("delta_histogram" if metric.histogram.aggregation_temporality == 1
-                            else "histogram")
-                    f.distribution(rpos, resource, metric, kind, metric.histogram.data_points)
-                elif which == "exponential_histogram":
-                    eh = metric.exponential_histogram
-                    kind = "delta_histogram" if eh.aggregation_temporality == 1 else "histogram"
-                    f.distribution(rpos, resource, metric, kind, eh.data_points)
-                elif which == "summary":
-                    f.distribution(rpos, resource, metric, "summary", metric.summary.data_points)
-    cache.grew(f.new_entries)
-    return f.batch
+    protobuf = content_type != JSON
+    if protobuf:
+        batch = cache.layouts.read(body, now=now, max_future_s=max_future_s)
+        if batch is not None:
+            return batch
+    request = decode(body, content_type)
+    batch = flatten(request, now=now, max_future_s=max_future_s, cache=cache.flatten)
+    if protobuf and cache.layouts.should_learn(body):
+        layout = learn(body, request, batch, now=now, max_future_s=max_future_s)
+        if layout is not None:
+            cache.layouts.add(layout)
+    return batch

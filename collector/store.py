@@ -92,4 +92,5 @@ class Store:
         return write_store_trace(self, trace, job=job, progress=progress)
 
     def close(self) -> None:
+        self.writer.close()
         self.engine.dispose()

@@ -137,3 +137,22 @@ def test_a_lost_database_answers_503_so_the_exporter_retries(pg_url: str) -> Non
         r = c.post("/v1/metrics", content=body, headers=PB)
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert "store unavailable, retry" in Status.FromString(r.content).message
+
+
+def test_a_hook_sending_the_same_series_every_interval_gets_every_point_stored(
+        client: TestClient) -> None:
+    t0 = time.time() - 600
+    for i in range(6):  # from the third request on, read through the learned request layout
+        b = gpu_sample(t0 + i, job="j", node="a", temperature=60.0 + i)
+        if i == 4:
+            b.scope.metrics[0].gauge.data_points[1].as_double = float("nan")
+        r = client.post("/v1/metrics", content=b.bytes(), headers=PB)
+        assert r.status_code == 200
+        partial = ExportMetricsServiceResponse.FromString(r.content).partial_success
+        assert partial.rejected_data_points == (1 if i == 4 else 0)
+        if i == 4:
+            assert partial.error_message == "gpu.temperature: value nan is not finite"
+    gpu = client.app.state.store.read_trace(job="j").gpu  # type: ignore[attr-defined]
+    assert len(gpu) == 12
+    assert gpu[gpu["gpu"] == 0]["gpu.temperature"].tolist() == [60.0 + i for i in range(6)]
+    assert gpu[gpu["gpu"] == 1]["gpu.temperature"].isna().tolist() == [i == 4 for i in range(6)]
