@@ -1,12 +1,15 @@
 """Time every dashboard query on a synthetic fleet loaded into PostgreSQL.
 
     python benchmarks/dashboard_queries.py [--nodes 128] [--gpus 8] [--days 7] [--interval-s 60]
-        [--cluster] [--keep]
+        [--cluster] [--raw] [--keep]
 
 Creates a fresh database on the test PostgreSQL (FORESHOCK_TEST_PG), loads the fleet with
 set-based SQL (GPU samples, node training metrics, link probes, XIDs, risk scores, alerts,
-decisions), then runs each panel's query as Grafana would for the last 6 hours and for the
-whole range, and prints the time each took. The database is dropped at the end.
+decisions), compacts the narrow points older than an hour into ``point_chunks`` as a running
+service's maintenance loop does (collector/compact.py, ``FORESHOCK_COMPACT_AFTER_S``; ``--raw``
+leaves them all in ``points``), then runs each panel's query as Grafana would for the last 6
+hours and for the whole range, and prints the time each took. The database is dropped at the
+end.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import text
 
+from collector.compact import DEFAULT_SETTLE_S, compact_points
 from collector.metrics import GPU_METRICS
 from collector.store import Store
 from dashboards.export import build_all
@@ -117,6 +121,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the database (for EXPLAIN)")
     parser.add_argument("--cluster", action="store_true",
                         help="CLUSTER gpu_samples and points on their primary keys first")
+    parser.add_argument("--raw", action="store_true",
+                        help="do not compact the narrow points (all of them stay in points)")
     args = parser.parse_args()
     name = f"foreshock_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(ADMIN, autocommit=True) as conn:
@@ -137,6 +143,16 @@ def main() -> None:
                     conn.execute(text(f"CLUSTER {table} USING {table}_pkey"))
                 conn.execute(text("ANALYZE"))
             print(f"clustered in {time.perf_counter() - t0:.0f} s")
+        if not args.raw:
+            t0 = time.perf_counter()
+            report = compact_points(store, now=end, settle_s=DEFAULT_SETTLE_S)
+            # What autovacuum does in a running service: the moved rows' space is free again.
+            with psycopg.connect(ADMIN.rsplit("/", 1)[0] + f"/{name}", autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE points")
+                conn.execute("ANALYZE point_chunks")
+            print(f"compacted {report.points:,} narrow points older than "
+                  f"{DEFAULT_SETTLE_S:.0f} s into {report.chunks:,} chunks in "
+                  f"{time.perf_counter() - t0:.0f} s")
         nodes = [f"n{i}" for i in range(args.nodes)]
         picks: dict[str, str | list[str]] = {"job": JOB, "node": ["n0"],
                                              "gpu": [str(g) for g in range(args.gpus)]}

@@ -6,8 +6,11 @@ from typing import Any
 
 from collector.metrics import GPU_METRICS
 from collector.rows import Row, Rows
+from collector.schema import FLOAT4_GPU_COLUMNS
 
 _COLS = [m.column for m in GPU_METRICS]
+# COPY's binary format carries each column in its own type: 4 bytes for the real columns.
+_COL_TYPES = ["float4" if c in FLOAT4_GPU_COLUMNS else "float8" for c in _COLS]
 _MERGE = ", ".join(f"{c} = COALESCE(excluded.{c}, gpu_samples.{c})" for c in _COLS)
 _GPU_UPSERT = (
     f"INSERT INTO gpu_samples (entity_id, ts, {', '.join(_COLS)}) "
@@ -32,7 +35,7 @@ def write_pg(raw: Any, rows: Rows) -> None:
                 raw.info["foreshock_tmp"] = True
             if gpu_rows:
                 _copy(cur, "_in_gpu", ["entity_id", "ts", *_COLS], gpu_rows,
-                      ["int4", "float8", *("float8" for _ in _COLS)])
+                      ["int4", "float8", *_COL_TYPES])
                 cur.execute(_GPU_UPSERT)
             if point_rows:
                 _copy(cur, "_in_points", ["series_id", "ts", "value"], point_rows,

@@ -11,6 +11,7 @@ and readers see both through the view ``points_all``.
 from __future__ import annotations
 
 from sqlalchemy import (
+    REAL,
     BigInteger,
     Float,
     ForeignKey,
@@ -22,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from collector.metrics import GPU_METRICS
+from collector.metrics import GPU_COLUMNS, GPU_METRICS
 
 
 class Base(DeclarativeBase):
@@ -45,12 +46,34 @@ class Entity(Base):
     peer: Mapped[str | None] = mapped_column(String(128))
 
 
+FLOAT4_GPU_METRICS: tuple[str, ...] = (
+    "gpu.utilization", "gpu.temperature", "gpu.memory.temperature", "gpu.power", "gpu.clock.sm",
+    "gpu.throttle.thermal", "gpu.throttle.power", "gpu.rows.remap.pending",
+)
+"""Bounded gauges stored as ``real`` (float4) on PostgreSQL (migration 0006).
+
+NVML reports them in whole degrees, MHz and percent, in mW, or as 0/1 flags: float4 holds such
+a value exactly below 2**24 and to 7 significant digits otherwise, and PostgreSQL prints it in
+its shortest float4 digits (``61.3``, not ``61.29999923706055``), which is what readers receive
+as long as they select the column itself rather than an expression that widens it to float8.
+Counters and byte counts stay float8, exact to 2**53. SQLite stores every column in 8 bytes.
+"""
+FLOAT4_GPU_COLUMNS: frozenset[str] = frozenset(GPU_COLUMNS[n] for n in FLOAT4_GPU_METRICS)
+
+
 def _gpu_columns() -> dict[str, Mapped[float | None]]:
-    return {m.column: mapped_column(Float, nullable=True) for m in GPU_METRICS}
+    return {m.column: mapped_column(REAL if m.column in FLOAT4_GPU_COLUMNS else Float,
+                                    nullable=True) for m in GPU_METRICS}
 
 
 class GpuSample(Base):
-    """One NVML sample of one GPU: every canonical ``gpu.*`` metric as a column."""
+    """One NVML sample of one GPU: every canonical ``gpu.*`` metric as a column.
+
+    On PostgreSQL a row is a 24-byte header, a 4-byte line pointer and its data: 104 bytes
+    since migration 0006 stores the bounded gauges of :data:`FLOAT4_GPU_COLUMNS` in 4 bytes
+    and places them after ``entity_id``, ahead of the 8-byte columns (136 bytes before, 8 of
+    them alignment padding). Writers and readers name the columns; their order is free.
+    """
 
     __tablename__ = "gpu_samples"
 
