@@ -20,6 +20,9 @@ from collector.metrics import XID
 
 _NO_RECORDED_VALUE = 1  # DataPointFlags.FLAG_NO_RECORDED_VALUE
 _STALE = b"no recorded value"  # memo marker of a point flagged FLAG_NO_RECORDED_VALUE
+MAX_ABS_VALUE = 3.4e38
+"""Largest magnitude accepted: no telemetry comes near it, and PostgreSQL keeps the bounded GPU
+gauges as float4, which would turn a larger value into infinity."""
 
 
 class RejectedPoint(ValueError):
@@ -157,13 +160,16 @@ class Flattener:
                 pos = memo[key] = (_STALE if dp.flags & _NO_RECORDED_VALUE
                                    else self.position(ref))
             # value - value is 0.0 exactly when the value is finite (NaN and inf give NaN).
-            if pos.__class__ is not int or value - value != 0.0 or not 0 < ts_ns <= latest_ok:
+            if (pos.__class__ is not int or value - value != 0.0 or not 0 < ts_ns <= latest_ok
+                    or not -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE):
                 if pos is _STALE:
                     continue  # a staleness marker, not a value
                 if pos.__class__ is str:
                     batch.reject(pos)
                 elif not isfinite(value):
                     batch.reject(f"{name}: value {value} is not finite")
+                elif abs(value) > MAX_ABS_VALUE:
+                    batch.reject(f"{name}: value {value} is out of range (|v| <= {MAX_ABS_VALUE:g})")
                 else:
                     batch.reject(self.reject_ts(ts_ns, name))
                 continue

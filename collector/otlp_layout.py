@@ -22,7 +22,14 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from collector.batch import GPU_INDEX, N_GPU, Batch, Columns, Entity, SeriesRef
-from collector.flatten import FlattenCache, Flattener, metric_family, metric_kind, resource_attrs
+from collector.flatten import (
+    MAX_ABS_VALUE,
+    FlattenCache,
+    Flattener,
+    metric_family,
+    metric_kind,
+    resource_attrs,
+)
 
 _DATA = {5: "gauge", 7: "sum", 9: "histogram"}  # Metric fields; others have no layout
 _HIST_STATS = {4: "count", 5: "sum", 11: "min", 12: "max"}  # HistogramDataPoint fixed64 fields
@@ -189,7 +196,7 @@ class Layout:
         for dtype, cells, payload in self.groups:
             raw = buf[payload].view(_DTYPES[dtype])[:, 0]
             values[cells] = raw + 0.0 if dtype == _NUMBER_F8 else raw
-        if not np.isfinite(values).all():
+        if not (np.abs(values) <= MAX_ABS_VALUE).all():  # NaN, inf or out of range
             return None
         row_ts_ns = ts_ns[self.row_point]
         n = self.n_gpu

@@ -57,6 +57,7 @@ def test_histograms_become_sum_count_min_max_and_xid_becomes_an_event() -> None:
 @pytest.mark.parametrize(("points", "message"), [
     ([(NOW, float("nan"), {"gpu": 0})], "gpu.temperature: value nan is not finite"),
     ([(NOW, float("inf"), {"gpu": 0})], "gpu.temperature: value inf is not finite"),
+    ([(NOW, 1e39, {"gpu": 0})], "gpu.temperature: value 1e+39 is out of range"),
     ([(NOW + 86400, 50.0, {"gpu": 0})], "is 86400 s in the future"),
     ([(NOW, 50.0, {"gpu": "zero"})], "attribute 'gpu' must be a non-negative integer"),
     ([(NOW, 50.0, {"gpu": 1.5})], "attribute 'gpu' must be a non-negative integer"),

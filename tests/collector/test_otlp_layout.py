@@ -70,6 +70,7 @@ def test_a_repeated_layout_is_read_into_the_same_rows_as_the_general_path() -> N
 @pytest.mark.parametrize(("value", "ts_offset_s", "message"), [
     (float("nan"), 0.0, "gpu.temperature: value nan is not finite"),
     (float("inf"), 0.0, "gpu.temperature: value inf is not finite"),
+    (-1e39, 0.0, "gpu.temperature: value -1e+39 is out of range"),
     (60.0, 86405.0, "is 86400 s in the future"),
 ])
 def test_a_bad_point_in_a_known_layout_is_rejected_alone_with_its_reason(
