@@ -169,7 +169,8 @@ class Flattener:
                 elif not isfinite(value):
                     batch.reject(f"{name}: value {value} is not finite")
                 elif abs(value) > MAX_ABS_VALUE:
-                    batch.reject(f"{name}: value {value} is out of range (|v| <= {MAX_ABS_VALUE:g})")
+                    batch.reject(f"{name}: value {value} is out of range "
+                                 f"(|v| <= {MAX_ABS_VALUE:g})")
                 else:
                     batch.reject(self.reject_ts(ts_ns, name))
                 continue
