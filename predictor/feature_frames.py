@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.streams import TAU_NAMES
+from predictor.sustained import SUSTAINED
 
 if TYPE_CHECKING:
     from predictor.features import FeatureEngine, Features
@@ -40,12 +41,15 @@ NODE_FEATURES: dict[str, int] = {
     "link_lat_trend_med_z": 1, "xid_node_1h": 1, "xid_node_6h": 1, "node_stale_intervals": 0,
     "node_temp_dev": 1, "node_temp_trend_dev": 1, "node_throttle_power_dev": 1,
     "node_power_cv_dev": 1, "fleet_hot_frac": -1, "fleet_bw_low_frac": -1,
+    "hot_nodes_besides": -1, "slow_link_nodes_besides": -1,
 }
 LINK_FEATURES: dict[str, int] = {
     "bw_z": -1, "bw_trend_z": -1, "lat_z": 1, "lat_trend_z": 1,
     "node_bw_med_z": -1, "node_bw_trend_med_z": -1, "node_lat_med_z": 1, "peer_bw_med_z": 0,
     "fleet_bw_low_frac": -1,
 }
+for _kind, _features in (("gpu", GPU_FEATURES), ("node", NODE_FEATURES), ("link", LINK_FEATURES)):
+    _features.update({name: direction for name, (_, direction) in SUSTAINED[_kind].items()})
 FEATURES_BY_KIND: dict[str, dict[str, int]] = {
     "gpu": GPU_FEATURES, "node": NODE_FEATURES, "link": LINK_FEATURES}
 
@@ -98,9 +102,15 @@ def build(engine: FeatureEngine, t: float, *, stale_s: float) -> Features:
     bw_low = _share(node.get("link_bw_med_z"), lambda z: z < -3.0)
     node["fleet_hot_frac"] = _share(node.get("node_temp_dev"), lambda d: d > 4.0)
     node["fleet_bw_low_frac"] = bw_low
+    node["hot_nodes_besides"] = _others(node.get("node_temp_dev"), lambda d: d > 4.0, len(node))
+    node["slow_link_nodes_besides"] = _others(node.get("link_bw_med_z"), lambda z: z < -3.0,
+                                              len(node))
     if len(link):
         link["fleet_bw_low_frac"] = bw_low
     node = node.reindex(columns=["node", *NODE_FEATURES])
+    gpu = engine.sustained.add_to("gpu", gpu, t)
+    node = engine.sustained.add_to("node", node, t)
+    link = engine.sustained.add_to("link", link, t)
     return Features(t=t, gpu=gpu, node=node, link=link)
 
 
@@ -111,6 +121,17 @@ def _share(values: pd.Series | None, test: Callable[[np.ndarray], np.ndarray]) -
     v = values.to_numpy(dtype=np.float64)
     v = v[np.isfinite(v)]
     return float(np.mean(test(v))) if len(v) else float("nan")
+
+
+def _others(values: pd.Series | None, test: Callable[[np.ndarray], np.ndarray],
+            n: int) -> np.ndarray:
+    """Per row: how many *other* nodes ``test`` holds for (a rack's cooling heats several nodes
+    at once, a failing fan one)."""
+    if values is None:
+        return np.full(n, np.nan)
+    v = values.to_numpy(dtype=np.float64)
+    hit = np.isfinite(v) & test(np.nan_to_num(v, nan=0.0))
+    return (hit.sum() - hit).astype(np.float64)
 
 
 def _gpu_node_aggregates(engine: FeatureEngine, t: float, stale_s: float) -> pd.DataFrame:

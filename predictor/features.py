@@ -13,13 +13,14 @@ model treats as "unknown", never an error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from collector.fleet_trace import FleetTrace
 from predictor.streams import TAU_NAMES, EventCounts, NodeNames, Stream
+from predictor.sustained import SustainedHistory
 
 COUNTERS: tuple[str, ...] = (
     "gpu.ecc.sbe", "gpu.ecc.dbe", "gpu.rows.remapped.correctable",
@@ -43,6 +44,12 @@ XID_CLASSES: dict[str, frozenset[int]] = {
 """Hardware XID classes; any other non-application XID counts as ``other``."""
 XID_CLASS_NAMES: tuple[str, ...] = ("mem", "nvlink", "bus", "other")
 
+FATAL_XIDS = frozenset({48, 79, 94, 95, 119, 120})
+"""XIDs that *are* a failure (double-bit ECC, fell off the bus, contained/uncontained ECC
+error, GSP timeout/error): the part needs a reset or a repair, so it is past predicting."""
+FAILED_HOLD_S = 3600.0
+"""After a fatal XID, a node counts as failed (not at risk) for this long."""
+
 STALE_AFTER_S = 900.0
 """Entities without a row for this long (or 10 sampling intervals) are not scored."""
 
@@ -58,6 +65,8 @@ class Features:
     """``node`` then ``NODE_FEATURES``."""
     link: pd.DataFrame
     """``src``, ``dst``, ``node`` (the endpoint it points at), ``peer`` then ``LINK_FEATURES``."""
+    failed: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """Nodes with a fatal XID in the last ``FAILED_HOLD_S``: node -> (time, XID) of the latest."""
 
 
 def _xid_class(codes: np.ndarray) -> np.ndarray:
@@ -84,6 +93,8 @@ class FeatureEngine:
         self.gpu_events = EventCounts(len(XID_CLASS_NAMES))
         self.node_events = EventCounts(len(XID_CLASS_NAMES))
         self._link_dt: float | None = None
+        self.sustained = SustainedHistory()
+        self.fatal: dict[str, tuple[float, int]] = {}
 
     def _nominal(self, ts: np.ndarray, keys: np.ndarray) -> float:
         if self.interval_s is None and len(ts) > 1:
@@ -137,6 +148,11 @@ class FeatureEngine:
         ev = ev[ev["kind"].astype(str) == "xid"] if len(ev) else ev
         if not len(ev):
             return
+        fatal = ev[ev["code"].isin(list(FATAL_XIDS))]
+        for node, at, code in zip(fatal["node"].astype(str), fatal["ts"].astype(float),
+                                  fatal["code"].astype(int), strict=True):
+            if at >= self.fatal.get(node, (-np.inf, 0))[0]:
+                self.fatal[node] = (float(at), int(code))
         cls = _xid_class(ev["code"].fillna(-1).to_numpy(dtype=np.int64))
         ev, cls = ev[cls >= 0], cls[cls >= 0]
         gpu = ev["gpu"].to_numpy(dtype=np.int64)
@@ -152,7 +168,9 @@ class FeatureEngine:
 
         t = self.t if t is None else t
         stale_s = max(STALE_AFTER_S, 10.0 * (self.interval_s or 30.0))
-        return feature_frames.build(self, t, stale_s=stale_s)
+        feats = feature_frames.build(self, t, stale_s=stale_s)
+        feats.failed.update({n: v for n, v in self.fatal.items() if t - FAILED_HOLD_S < v[0] <= t})
+        return feats
 
 
 def _columns(frame: pd.DataFrame, names: tuple[str, ...]) -> np.ndarray:

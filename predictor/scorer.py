@@ -64,4 +64,15 @@ class Scorer:
             parts.append(part)
         if not parts:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in RISK_COLUMNS})
-        return pd.concat(parts, ignore_index=True)
+        out = pd.concat(parts, ignore_index=True)
+        if feats.failed and not isinstance(self.model, RulesModel):
+            # A node that has had a fatal XID has failed: it needs a repair, not a warning, and
+            # a pre-failure alert raised now would only be noise after the fact. (The rules
+            # baseline keeps alarming on it, as a DCGM deployment does.)
+            gone = out["node"].isin(list(feats.failed))
+            out.loc[gone, "risk"] = 0.0
+            out.loc[gone, "lead_s"] = np.nan
+            out.loc[gone, "signals"] = pd.Series(
+                [(f"failed: XID {feats.failed[n][1]} {(feats.t - feats.failed[n][0]) / 60:.0f} "
+                  "min ago",) for n in out.loc[gone, "node"]], index=out.index[gone], dtype=object)
+        return out

@@ -8,6 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from predictor.sustained import SUSTAINED
+
 _COUNTER_LABELS = {
     "sbe": "ECC single-bit errors", "dbe": "ECC double-bit errors",
     "remap_corr": "rows remapped (correctable)", "remap_unc": "rows remapped (uncorrectable)",
@@ -56,6 +58,8 @@ _LABELS = {
     "node_power_cv_dev": "node's GPU power swinging {v:+.0%} more than other nodes",
     "fleet_hot_frac": "{v:.0%} of nodes hot",
     "fleet_bw_low_frac": "{v:.0%} of nodes with slow links",
+    "hot_nodes_besides": "{v:.0f} other nodes hot too",
+    "slow_link_nodes_besides": "{v:.0f} other nodes with slow links too",
     "bw_z": "bandwidth z={v:.1f} vs all links", "bw_trend_z": "bandwidth falling z={v:.1f}",
     "lat_z": "latency z={v:.1f} vs all links", "lat_trend_z": "latency rising z={v:.1f}",
     "node_bw_med_z": "node's links bandwidth z={v:.1f}",
@@ -65,8 +69,13 @@ _LABELS = {
 }
 
 
+_HELD = {name: source for kind in SUSTAINED.values() for name, (source, _) in kind.items()}
+
+
 def describe(feature: str, value: float) -> str:
     """``ECC single-bit errors 42/h over 1h`` and the like."""
+    if feature in _HELD:
+        return f"{describe(_HELD[feature], value)}, held for the last hour"
     for key, label in _COUNTER_LABELS.items():
         prefix = f"{key}_rate_"
         if feature.startswith(prefix):

@@ -23,7 +23,9 @@ def fit_traces(traces: Iterable[Path | FleetTrace], *, labels: LabelConfig | Non
     sources: list[str] = []
     for item in traces:
         trace = read_trace(item, with_failures=True) if isinstance(item, Path) else item
-        seed = trace.meta.extra.get("seed", trace.meta.start)
+        generator = trace.meta.extra.get("generator")
+        seed = generator.get("seed") if isinstance(generator, dict) else None
+        seed = trace.meta.extra.get("seed", seed if seed is not None else trace.meta.start)
         sources.append(str(item) if isinstance(item, Path) else f"trace(seed={seed})")
         collect(trace, rows, config=labels, rng=rng)
         if progress is not None:

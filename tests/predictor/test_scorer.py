@@ -75,3 +75,19 @@ def test_policy_config_errors_name_the_field() -> None:
         PolicyConfig(fire_at=1.5)
     with pytest.raises(ValueError, match="resolve_below"):
         PolicyConfig(fire_at=0.3, resolve_below=0.5)
+
+
+def test_a_node_past_a_fatal_xid_is_failed_not_at_risk(tiny_model: RiskModel) -> None:
+    # The ECC ramp ends in XID 48 at 5.0 h; the node keeps reporting its sick GPU after it.
+    trace = make_trace(Spec(seed=9, ecc_ramp=("n002", 1, 2.0, 5.0)))
+    engine = FeatureEngine(interval_s=30.0)
+    scorer = Scorer(tiny_model)
+    engine.update(trace, T0 + 4.9 * 3600)
+    before = scorer.score(engine.features(T0 + 4.9 * 3600)).set_index(["kind", "node", "gpu"])
+    assert before.loc[("gpu", "n002", 1), "risk"] > 0.2
+    engine.update(trace, T0 + 5.5 * 3600)
+    after = scorer.score(engine.features(T0 + 5.5 * 3600))
+    on_node = after[after["node"] == "n002"]
+    assert len(on_node) and (on_node["risk"] == 0).all() and on_node["lead_s"].isna().all()
+    assert all(s[0].startswith("failed: XID 48") for s in on_node["signals"])
+    assert (after[after["node"] != "n002"]["risk"] < 0.2).all()
