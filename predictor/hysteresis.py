@@ -1,7 +1,8 @@
 """When to open and resolve alerts: hysteresis, minimum persistence and one alert per node.
 
 An alert is a state. A node's alert opens when its riskiest entity has stayed at or above
-``fire_at`` for ``persist_s`` seconds (at once above ``fire_now_at``) and resolves once the
+``fire_at`` for ``persist_s`` seconds (at once above ``fire_now_at``, or after an hour at or
+above the lower ``slow_at``: a weak signal that never lets go) and resolves once the
 risk has stayed below ``resolve_below`` for ``resolve_after_s``, or when the node stops
 reporting. The alert keeps naming the entity it opened for, so a node gets one alert per
 episode however many of its GPUs and links join in. Times are seconds, so the same policy
@@ -30,12 +31,19 @@ class PolicyConfig:
     """Risk at or above which a node fires without waiting for persistence."""
     persist_s: float = 900.0
     """How long a candidate must stay at or above ``fire_at`` before firing."""
+    slow_at: float | None = 0.25
+    """A second, slow lane: a node whose risk stays at or above this for ``slow_persist_s``
+    fires too (a weak signal that never lets go). None disables it."""
+    slow_persist_s: float = 3600.0
+    """How long the risk must hold above ``slow_at``."""
     resolve_below: float = 0.15
     """Risk below which a firing node starts to count towards resolving."""
     resolve_after_s: float = 1800.0
     """How long the risk must stay below ``resolve_below`` to resolve."""
 
     def __post_init__(self) -> None:
+        if self.slow_at is not None and not 0.0 <= self.slow_at <= 1.0:
+            raise ValueError(f"policy.slow_at={self.slow_at} must be within [0, 1]")
         for name in ("fire_at", "fire_now_at", "resolve_below"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
@@ -43,7 +51,7 @@ class PolicyConfig:
         if self.resolve_below > self.fire_at:
             raise ValueError(f"policy.resolve_below={self.resolve_below} must be <= "
                              f"fire_at={self.fire_at}")
-        for name in ("persist_s", "resolve_after_s"):
+        for name in ("persist_s", "slow_persist_s", "resolve_after_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"policy.{name}={getattr(self, name)} must be >= 0")
 
@@ -66,6 +74,7 @@ class Transition:
 @dataclass(kw_only=True)
 class _NodeState:
     above_since: float | None = None
+    slow_since: float | None = None
     below_since: float | None = None
     firing: dict[str, object] | None = None
 
@@ -86,11 +95,16 @@ class AlertPolicy:
             st = self.nodes.setdefault(node, _NodeState())
             risk = float(row["risk"])  # type: ignore[arg-type]
             if st.firing is None:
-                if risk < cfg.fire_at:
+                slow = cfg.slow_at is not None and risk >= cfg.slow_at
+                st.slow_since = (t if st.slow_since is None else st.slow_since) if slow else None
+                slow_fires = slow and t - st.slow_since >= cfg.slow_persist_s  # type: ignore[operator]
+                if risk < cfg.fire_at and not slow_fires:
                     st.above_since = None
                     continue
-                st.above_since = t if st.above_since is None else st.above_since
-                if risk >= cfg.fire_now_at or t - st.above_since >= cfg.persist_s:
+                if risk >= cfg.fire_at:
+                    st.above_since = t if st.above_since is None else st.above_since
+                if (risk >= cfg.fire_now_at or slow_fires
+                        or (st.above_since is not None and t - st.above_since >= cfg.persist_s)):
                     st.firing = dict(row)
                     st.below_since = None
                     out.append(_transition("fire", t, node, row))

@@ -91,3 +91,17 @@ def test_a_node_past_a_fatal_xid_is_failed_not_at_risk(tiny_model: RiskModel) ->
     assert len(on_node) and (on_node["risk"] == 0).all() and on_node["lead_s"].isna().all()
     assert all(s[0].startswith("failed: XID 48") for s in on_node["signals"])
     assert (after[after["node"] != "n002"]["risk"] < 0.2).all()
+
+
+def test_a_weak_risk_that_never_lets_go_fires_after_an_hour() -> None:
+    config = PolicyConfig(slow_at=0.25, slow_persist_s=3600)
+    held, dipped = AlertPolicy(config=config), AlertPolicy(config=config)
+    fired_held, fired_dipped = [], []
+    for i in range(14):  # 65 minutes of 5-min ticks, always below fire_at
+        fired_held += [tr.action for tr in held.step(_frame([("a", 0, 0.3)]), T0 + 300 * i)]
+        r = 0.2 if i == 7 else 0.3  # one tick below the slow lane restarts its clock
+        fired_dipped += [tr.action for tr in dipped.step(_frame([("a", 0, r)]), T0 + 300 * i)]
+    assert fired_held[:1] == ["fire"] and len(fired_held) == 2  # fired at 60 min, then updated
+    assert fired_dipped == []
+    off = AlertPolicy(config=PolicyConfig(slow_at=None))
+    assert not any(off.step(_frame([("a", 0, 0.3)]), T0 + 300 * i) for i in range(30))
