@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.metrics import GPU_METRICS
-from collector.rows import Row, Rows
+from collector.rows import GPU_COLS, GPU_MERGE, Row, Rows
 from collector.schema import FLOAT4_GPU_COLUMNS
 
-_COLS = [m.column for m in GPU_METRICS]
 # COPY's binary format carries each column in its own type: 4 bytes for the real columns.
-_COL_TYPES = ["float4" if c in FLOAT4_GPU_COLUMNS else "float8" for c in _COLS]
-_MERGE = ", ".join(f"{c} = COALESCE(excluded.{c}, gpu_samples.{c})" for c in _COLS)
+_COL_TYPES = ["float4" if c in FLOAT4_GPU_COLUMNS else "float8" for c in GPU_COLS]
 _GPU_UPSERT = (
-    f"INSERT INTO gpu_samples (entity_id, ts, {', '.join(_COLS)}) "
-    f"SELECT entity_id, ts, {', '.join(_COLS)} FROM _in_gpu "
-    f"ON CONFLICT (entity_id, ts) DO UPDATE SET {_MERGE}"
+    f"INSERT INTO gpu_samples (entity_id, ts, {', '.join(GPU_COLS)}) "
+    f"SELECT entity_id, ts, {', '.join(GPU_COLS)} FROM _in_gpu "
+    f"ON CONFLICT (entity_id, ts) DO UPDATE SET {GPU_MERGE}"
 )
 _EVENT_INSERT = ("INSERT INTO events (ts, entity_id, kind, code) VALUES (%s, %s, %s, %s) "
                  "ON CONFLICT DO NOTHING")
@@ -34,7 +31,7 @@ def write_pg(raw: Any, rows: Rows) -> None:
                             "ON COMMIT DELETE ROWS")
                 raw.info["foreshock_tmp"] = True
             if gpu_rows:
-                _copy(cur, "_in_gpu", ["entity_id", "ts", *_COLS], gpu_rows,
+                _copy(cur, "_in_gpu", ["entity_id", "ts", *GPU_COLS], gpu_rows,
                       ["int4", "float8", *_COL_TYPES])
                 cur.execute(_GPU_UPSERT)
             if point_rows:

@@ -5,11 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from collector.batch import Batch
+from collector.metrics import GPU_METRICS
 
 Row = tuple[Any, ...]
 Rows = tuple[list[Row], list[Row], list[Row]]
 """``(gpu_rows, point_rows, event_rows)``: ``(entity_id, ts, *GPU_METRICS columns)``,
 ``(series_id, ts, value)`` and ``(ts, entity_id, kind, code)``."""
+
+
+GPU_COLS: list[str] = [m.column for m in GPU_METRICS]
+"""The ``gpu_samples`` value columns, in the order of a GPU row after ``entity_id, ts``."""
+GPU_MERGE = ", ".join(f"{c} = COALESCE(excluded.{c}, gpu_samples.{c})" for c in GPU_COLS)
+"""``ON CONFLICT`` update of a GPU row: a column sent again replaces, one not sent stays."""
 
 
 def build_rows(batch: Batch, eids: list[int], sids: list[int]) -> tuple[Rows, int]:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.metrics import GPU_METRICS
-from collector.rows import Rows
+from collector.rows import GPU_COLS, GPU_MERGE, Rows
 
-_COLS = [m.column for m in GPU_METRICS]
 # Pages of WAL before the writer checkpoints (SQLite's default is 1,000). Each request rewrites
 # the last page of each of its series (~2,000 pages, 8 MiB of WAL for a 5,000-point request), so
 # a larger WAL lets a checkpoint copy a page once for many commits instead of once per commit
@@ -19,11 +17,10 @@ _WAL_AUTOCHECKPOINT = 65536
 # upsert does not read its page back from the WAL or the file.
 _CACHE_KIB = 64 * 1024
 
-_MERGE = ", ".join(f"{c} = COALESCE(excluded.{c}, gpu_samples.{c})" for c in _COLS)
 GPU_UPSERT = (
-    f"INSERT INTO gpu_samples (entity_id, ts, {', '.join(_COLS)}) "
-    f"VALUES ({', '.join('?' for _ in range(len(_COLS) + 2))}) "
-    f"ON CONFLICT (entity_id, ts) DO UPDATE SET {_MERGE}"
+    f"INSERT INTO gpu_samples (entity_id, ts, {', '.join(GPU_COLS)}) "
+    f"VALUES ({', '.join('?' for _ in range(len(GPU_COLS) + 2))}) "
+    f"ON CONFLICT (entity_id, ts) DO UPDATE SET {GPU_MERGE}"
 )
 POINT_UPSERT = ("INSERT INTO points (series_id, ts, value) VALUES (?, ?, ?) "
                 "ON CONFLICT (series_id, ts) DO UPDATE SET value = excluded.value")
