@@ -89,6 +89,20 @@ class Batch:
             self.series.append(r)
         return i
 
+    def rows_by_key(self) -> tuple[dict[object, object], dict[object, float]]:
+        """The GPU rows and points keyed by entity and series (not positions), whichever form
+        the batch holds them in: two batches with equal results store the same data."""
+        ents, series = self.entities, self.series
+        gpu: dict[object, object] = {(ents[e], ts): tuple(v) for (e, ts), v in self.gpu.items()}
+        points: dict[object, float] = {(series[s], ts): v for (s, ts), v in self.points.items()}
+        if self.columns is not None:
+            c = self.columns
+            gpu.update({(ents[e], ts): tuple(v) for e, ts, *v in
+                        zip(c.gpu_entity, c.gpu_ts, *c.gpu_values, strict=True)})
+            points.update({(series[s], ts): v for s, ts, v in
+                           zip(c.point_series, c.point_ts, c.point_values, strict=True)})
+        return gpu, points
+
     def reject(self, message: str, count: int = 1) -> None:
         self.rejected += count
         if len(self.errors) < _MAX_ERRORS and message not in self.errors:

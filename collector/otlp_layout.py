@@ -235,7 +235,7 @@ def learn(body: bytes, request: ExportMetricsServiceRequest, batch: Batch, *, no
     if layout is None or layout.n_points != batch.accepted:
         return None
     read = layout.read(body, now=now, max_future_s=max_future_s)
-    if read is None or _rows(read) != _rows(batch):
+    if read is None or read.rows_by_key() != batch.rows_by_key():
         return None
     return layout
 
@@ -312,20 +312,6 @@ def _build(body: bytes, request: ExportMetricsServiceRequest,
     return Layout(body=body, blanks=blanks, ts=ts, cells=gpu_cells + narrow_cells, gpu=gpu,
                   row_point=row_point, row_entity=list(rows), point_series=point_series,
                   entities=f.batch.entities, series=f.batch.series)
-
-
-def _rows(batch: Batch) -> tuple[dict[object, object], dict[object, float]]:
-    """A batch's rows keyed by entity and series (not positions), for comparing two batches."""
-    ents, series = batch.entities, batch.series
-    gpu: dict[object, object] = {(ents[e], ts): tuple(v) for (e, ts), v in batch.gpu.items()}
-    points: dict[object, float] = {(series[s], ts): v for (s, ts), v in batch.points.items()}
-    if batch.columns is not None:
-        c = batch.columns
-        gpu.update({(ents[e], ts): tuple(v) for e, ts, *v in
-                    zip(c.gpu_entity, c.gpu_ts, *c.gpu_values, strict=True)})
-        points.update({(series[s], ts): v for s, ts, v in
-                       zip(c.point_series, c.point_ts, c.point_values, strict=True)})
-    return gpu, points
 
 
 class LayoutCache:

@@ -27,20 +27,6 @@ def _request(ts: float, *, temperature: float = 60.0, node: str = "n1",
     return b
 
 
-def _rows(batch: Batch) -> tuple[dict[object, object], dict[object, float]]:
-    """Rows keyed by entity and series, whichever form the batch holds them in."""
-    ents, series = batch.entities, batch.series
-    gpu: dict[object, object] = {(ents[e], ts): tuple(v) for (e, ts), v in batch.gpu.items()}
-    points: dict[object, float] = {(series[s], ts): v for (s, ts), v in batch.points.items()}
-    if batch.columns is not None:
-        c = batch.columns
-        for e, ts, *v in zip(c.gpu_entity, c.gpu_ts, *c.gpu_values, strict=True):
-            gpu[(ents[e], ts)] = tuple(v)
-        for s, ts, v in zip(c.point_series, c.point_ts, c.point_values, strict=True):
-            points[(series[s], ts)] = v
-    return gpu, points
-
-
 def _read(body: bytes, cache: OtlpCache) -> Batch:
     return read_batch(body, PROTOBUF, now=NOW, max_future_s=300.0, cache=cache)
 
@@ -62,8 +48,8 @@ def test_a_repeated_layout_is_read_into_the_same_rows_as_the_general_path() -> N
     general = _general(body)
     assert batch.columns is not None, "the third request of one layout is read through it"
     assert (batch.accepted, batch.rejected) == (general.accepted, 0)
-    assert _rows(batch) == _rows(general)
-    gpu, points = _rows(batch)
+    assert batch.rows_by_key() == general.rows_by_key()
+    gpu, points = batch.rows_by_key()
     assert len(gpu) == 4 and len(points) == 2 + 2 * 4 + 1
 
 
@@ -92,7 +78,7 @@ def test_a_request_that_differs_outside_its_values_is_not_misread() -> None:
     other = _request(NOW - 5, node="n9").bytes()  # same size, another node
     assert len(other) == len(_request(NOW - 5).bytes())
     batch = _read(other, cache)
-    assert _rows(batch) == _rows(_general(other))
+    assert batch.rows_by_key() == _general(other).rows_by_key()
     assert {e[1] for e in batch.entities} == {"n9"}
 
 
@@ -123,5 +109,5 @@ def test_an_attribute_changed_deep_inside_a_known_layout_is_read_the_general_way
     uuid.value.string_value = "GPU-n1-X"  # same length: only the bytes differ
     batch = _read(b.bytes(), cache)
     assert batch.columns is None
-    assert _rows(batch) == _rows(_general(b.bytes()))
+    assert batch.rows_by_key() == _general(b.bytes()).rows_by_key()
     assert ("j", "n1", None, 2, None, "GPU-n1-X") in batch.entities
