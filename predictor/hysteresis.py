@@ -95,9 +95,11 @@ class AlertPolicy:
             st = self.nodes.setdefault(node, _NodeState())
             risk = float(row["risk"])  # type: ignore[arg-type]
             if st.firing is None:
-                slow = cfg.slow_at is not None and risk >= cfg.slow_at
-                st.slow_since = (t if st.slow_since is None else st.slow_since) if slow else None
-                slow_fires = slow and t - st.slow_since >= cfg.slow_persist_s  # type: ignore[operator]
+                if cfg.slow_at is not None and risk >= cfg.slow_at:
+                    st.slow_since = t if st.slow_since is None else st.slow_since
+                else:
+                    st.slow_since = None
+                slow_fires = st.slow_since is not None and t - st.slow_since >= cfg.slow_persist_s
                 if risk < cfg.fire_at and not slow_fires:
                     st.above_since = None
                     continue
