@@ -100,11 +100,15 @@ def explain(risk_fn: Callable[[pd.DataFrame], np.ndarray], x: pd.DataFrame, risk
     j = np.tile(np.arange(nf), len(rows))
     probe[np.arange(len(probe)), j] = baseline[j]
     drop = risk[rows][:, None] - risk_fn(pd.DataFrame(probe, columns=cols)).reshape(len(rows), nf)
+    # A value the fleet does not export (NaN) is not a signal behind the flag, whatever the
+    # model makes of its absence.
+    drop[np.isnan(base)] = -np.inf
     for i, r in enumerate(rows):
         order = np.argsort(-drop[i])
         picked = [describe(cols[k], base[i, k]) for k in order[:top] if drop[i, k] > 0.01]
         if not picked:  # the risk rests on several signals at once; name the largest movers
             dev = np.abs(np.nan_to_num(base[i] - baseline))
-            picked = [describe(cols[k], base[i, k]) for k in np.argsort(-dev)[:top]]
+            picked = [describe(cols[k], base[i, k]) for k in np.argsort(-dev)[:top]
+                      if np.isfinite(base[i, k])]
         out[r] = tuple(picked)
     return out
