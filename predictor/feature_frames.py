@@ -21,17 +21,31 @@ if TYPE_CHECKING:
 
 COUNTER_NAMES: tuple[str, ...] = ("sbe", "dbe", "remap_corr", "remap_unc", "pcie", "nvlink")
 
+RISING_COUNTERS: tuple[str, ...] = ("sbe", "pcie", "nvlink")
+"""Counters with a steady benign rate on some GPUs (a weak DIMM row, a marginal connector)."""
+
 GPU_FEATURES: dict[str, int] = {
     **{f"{c}_rate_{w}": 1 for c in COUNTER_NAMES for w in TAU_NAMES},
-    "temp_5m": 1, "temp_dev": 1, "temp_trend_dev": 1, "memtemp_dev": 1, "memtemp_trend_dev": 1,
-    "clock_dev": -1, "clock_trend_dev": -1, "power_dev": 0,
+    # The fastest-rising error counter against its own 6-h rate: growth, which a steady benign
+    # rate never shows (the rates alone cannot say it: their monotone priors make a higher 6-h
+    # rate never safer). Pooled over the counters, so that growth on any of them counts the
+    # same: per counter, a model learns how the training generator's bursts and precursors
+    # differ by counter, and called 1,000 NVLink CRC errors/h, 20x up, harmless on another.
+    "err_rise_5m": 1, "err_rise_1h": 1,
+    "temp_5m": 1, "temp_dev": 1, "temp_trend_dev": 1, "clock_dev": -1, "clock_trend_dev": -1,
     "throttle_thermal_5m": 1, "throttle_thermal_1h": 1, "throttle_thermal_dev": 1,
-    "throttle_power_dev": 0, "remap_pending_5m": 1,
+    "remap_pending_5m": 1,
     "xid_mem_5m": 1, "xid_mem_1h": 1, "xid_mem_6h": 1, "xid_nvlink_1h": 1, "xid_nvlink_6h": 1,
     "xid_bus_1h": 1, "xid_other_1h": 1,
     "gap_frac_1h": 0, "stale_intervals": 0, "node_compute_z": 1, "node_compute_trend_z": 1,
 }
-"""GPU feature name -> monotone prior."""
+"""GPU feature name -> monotone prior.
+
+Left out on purpose: HBM temperature (it follows the die temperature in every trace we can train
+on, so a model only learns to lean on it, and then under-rates a hot GPU on fleets that do not
+export it) and a GPU's power against its peers (with no direction of risk, a model learns the
+training generator's physics: "hot because it draws more power" called an overheating GPU on an
+independently generated fleet healthy)."""
 
 NODE_FEATURES: dict[str, int] = {
     "step_z": 1, "compute_z": 1, "collective_z": 0, "step_trend_z": 1, "compute_trend_z": 1,
@@ -40,7 +54,8 @@ NODE_FEATURES: dict[str, int] = {
     "link_bw_trend_min_z": -1, "link_lat_med_z": 1, "link_lat_max_z": 1,
     "link_lat_trend_med_z": 1, "xid_node_1h": 1, "xid_node_6h": 1, "node_stale_intervals": 0,
     "node_temp_dev": 1, "node_temp_trend_dev": 1, "node_throttle_power_dev": 1,
-    "node_power_cv_dev": 1, "fleet_hot_frac": -1, "fleet_bw_low_frac": -1,
+    "node_power_cv_dev": 1, "node_throttle_power_rise": 1, "node_power_cv_rise": 1,
+    "fleet_hot_frac": -1, "fleet_bw_low_frac": -1,
     "hot_nodes_besides": -1, "slow_link_nodes_besides": -1,
 }
 LINK_FEATURES: dict[str, int] = {
@@ -50,6 +65,7 @@ LINK_FEATURES: dict[str, int] = {
 }
 for _kind, _features in (("gpu", GPU_FEATURES), ("node", NODE_FEATURES), ("link", LINK_FEATURES)):
     _features.update({name: direction for name, (_, direction) in SUSTAINED[_kind].items()})
+GPU_FEATURES["err_held_1h"] = 1  # the highest floor any error counter held for the last hour
 FEATURES_BY_KIND: dict[str, dict[str, int]] = {
     "gpu": GPU_FEATURES, "node": NODE_FEATURES, "link": LINK_FEATURES}
 
@@ -75,6 +91,24 @@ def group_median(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
     if len(x) == 0:
         return x
     return np.asarray(pd.Series(x).groupby(groups).transform("median"), dtype=np.float64)
+
+
+CLOCK_RESOLUTION = 0.01
+"""SM clock deviations under 1% are exporter noise and clock-step rounding, not a signal."""
+
+
+def _nanmax(x: np.ndarray) -> np.ndarray:
+    """Row-wise maximum ignoring NaN; NaN where a row has no value at all."""
+    out = np.full(len(x), np.nan)
+    seen = np.isfinite(x).any(axis=1) if x.ndim == 2 and x.shape[1] else np.zeros(len(x), bool)
+    out[seen] = np.nanmax(x[seen], axis=1)
+    return out
+
+
+def _dead_zone(x: np.ndarray, width: float) -> np.ndarray:
+    """``x`` with values within ``width`` of zero set to zero, so that no tree splits on the
+    noise floor of one generator (one rounds clocks to 15 MHz, another adds 8 MHz of jitter)."""
+    return np.where(np.abs(x) < width, 0.0, x)
 
 
 def _log(x: np.ndarray, low: float) -> np.ndarray:
@@ -109,6 +143,8 @@ def build(engine: FeatureEngine, t: float, *, stale_s: float) -> Features:
         link["fleet_bw_low_frac"] = bw_low
     node = node.reindex(columns=["node", *NODE_FEATURES])
     gpu = engine.sustained.add_to("gpu", gpu, t)
+    gpu["err_held_1h"] = _nanmax(gpu[[f"{c}_held_1h" for c in RISING_COUNTERS]].to_numpy(
+        dtype=np.float64))
     node = engine.sustained.add_to("node", node, t)
     link = engine.sustained.add_to("link", link, t)
     return Features(t=t, gpu=gpu, node=node, link=link)
@@ -146,14 +182,21 @@ def _gpu_node_aggregates(engine: FeatureEngine, t: float, stale_s: float) -> pd.
     with np.errstate(invalid="ignore", divide="ignore"):
         var = np.maximum(m[:, 0, -1] - m[:, 0, 3] ** 2, 0.0)
         cv = np.sqrt(var) / m[:, 0, 3]
+        var6 = np.maximum(m[:, 2, -1] - m[:, 2, 3] ** 2, 0.0)
+        cv6 = np.sqrt(var6) / m[:, 2, 3]
     per_gpu = pd.DataFrame({"code": codes, "temp": m[:, 0, 0], "trend": m[:, 0, 0] - m[:, 2, 0],
-                            "thr_p": m[:, 0, 5], "cv": cv})
+                            "thr_p": m[:, 0, 5], "thr_p_rise": m[:, 0, 5] - m[:, 2, 5],
+                            "cv": cv, "cv_rise": cv - cv6})
     node = per_gpu.groupby("code").median()
     out = pd.DataFrame({
         "node_temp_dev": node["temp"] - node["temp"].median(),
         "node_temp_trend_dev": node["trend"] - node["trend"].median(),
         "node_throttle_power_dev": node["thr_p"] - node["thr_p"].median(),
         "node_power_cv_dev": node["cv"] - node["cv"].median(),
+        # A node that always ran into its power cap (the silicon lottery, a hot slot) is not
+        # failing; one that started to throttle or swing more than over its last 6 h may be.
+        "node_throttle_power_rise": node["thr_p_rise"] - node["thr_p_rise"].median(),
+        "node_power_cv_rise": node["cv_rise"] - node["cv_rise"].median(),
     })
     out.index = pd.Index(engine.node_names.names(node.index.to_numpy(dtype=np.int64)), name="node")
     return out
@@ -170,24 +213,23 @@ def _gpu_frame(engine: FeatureEngine, t: float, stale_s: float, nominal: float,
     for c, name in enumerate(COUNTER_NAMES):
         for k, tn in enumerate(TAU_NAMES):
             f[f"{name}_rate_{tn}"] = rate[:, k, c]
+    rising = [COUNTER_NAMES.index(name) for name in RISING_COUNTERS]
+    with np.errstate(invalid="ignore"):
+        f["err_rise_5m"] = _nanmax(rate[:, 0, rising] - rate[:, 2, rising])
+        f["err_rise_1h"] = _nanmax(rate[:, 1, rising] - rate[:, 2, rising])
     m = w.mean[live]
     temp5, temp6 = m[:, 0, 0], m[:, 2, 0]
     f["temp_5m"] = temp5
     f["temp_dev"] = temp5 - group_median(temp5, codes)
     f["temp_trend_dev"] = (temp5 - temp6) - group_median(temp5 - temp6, codes)
-    mt5, mt6 = m[:, 0, 1], m[:, 2, 1]
-    f["memtemp_dev"] = mt5 - group_median(mt5, codes)
-    f["memtemp_trend_dev"] = (mt5 - mt6) - group_median(mt5 - mt6, codes)
     with np.errstate(invalid="ignore", divide="ignore"):
         clk5, clk6 = m[:, 0, 2], m[:, 2, 2]
-        f["clock_dev"] = clk5 / group_median(clk5, codes) - 1.0
+        f["clock_dev"] = _dead_zone(clk5 / group_median(clk5, codes) - 1.0, CLOCK_RESOLUTION)
         trend = clk5 / clk6 - 1.0
-        f["clock_trend_dev"] = trend - group_median(trend, codes)
-        f["power_dev"] = m[:, 0, 3] / group_median(m[:, 0, 3], codes) - 1.0
+        f["clock_trend_dev"] = _dead_zone(trend - group_median(trend, codes), CLOCK_RESOLUTION)
     f["throttle_thermal_5m"] = m[:, 0, 4]
     f["throttle_thermal_1h"] = m[:, 1, 4]
     f["throttle_thermal_dev"] = m[:, 0, 4] - group_median(m[:, 0, 4], codes)
-    f["throttle_power_dev"] = m[:, 0, 5] - group_median(m[:, 0, 5], codes)
     f["remap_pending_5m"] = m[:, 0, 6]
     xid = engine.gpu_events.counts_for(keys, t)  # gpus x taus x (mem, nvlink, bus, other)
     f["xid_mem_5m"], f["xid_mem_1h"], f["xid_mem_6h"] = xid[:, 0, 0], xid[:, 1, 0], xid[:, 2, 0]

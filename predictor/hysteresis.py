@@ -27,7 +27,7 @@ class PolicyConfig:
 
     fire_at: float = 0.55
     """Risk at or above which a node becomes a candidate."""
-    fire_now_at: float = 0.85
+    fire_now_at: float = 0.9
     """Risk at or above which a node fires without waiting for persistence."""
     persist_s: float = 900.0
     """How long a candidate must stay at or above ``fire_at`` before firing."""

@@ -18,14 +18,10 @@ _COUNTER_LABELS = {
 _LABELS = {
     "temp_5m": "temperature {v:.0f} C", "temp_dev": "temperature {v:+.1f} C vs node peers",
     "temp_trend_dev": "temperature rising {v:+.1f} C vs 6 h (peers excluded)",
-    "memtemp_dev": "HBM temperature {v:+.1f} C vs node peers",
-    "memtemp_trend_dev": "HBM temperature rising {v:+.1f} C vs 6 h",
     "clock_dev": "SM clock {v:+.0%} vs node peers", "clock_trend_dev": "SM clock {v:+.0%} vs 6 h",
-    "power_dev": "power {v:+.0%} vs node peers",
     "throttle_thermal_5m": "thermal throttling {v:.0%} of last 5 min",
     "throttle_thermal_1h": "thermal throttling {v:.0%} of last hour",
     "throttle_thermal_dev": "thermal throttling {v:+.0%} vs node peers",
-    "throttle_power_dev": "power throttling {v:+.0%} vs node peers",
     "remap_pending_5m": "row remap pending",
     "xid_mem_5m": "{v:.1f} memory XIDs (63/64/92/48/94/95) in 5 min",
     "xid_mem_1h": "{v:.1f} memory XIDs in 1 h", "xid_mem_6h": "{v:.0f} memory XIDs in 6 h",
@@ -33,6 +29,9 @@ _LABELS = {
     "xid_nvlink_6h": "{v:.0f} NVLink XID 74 in 6 h",
     "xid_bus_1h": "{v:.0f} XID 79 (fell off bus) in 1 h",
     "xid_other_1h": "{v:.0f} other hardware XIDs in 1 h",
+    "err_rise_5m": "an error counter (ECC/PCIe/NVLink) at {x:.3g}x its 6-h rate over 5m",
+    "err_rise_1h": "an error counter (ECC/PCIe/NVLink) at {x:.3g}x its 6-h rate over 1h",
+    "err_held_1h": "an error counter (ECC/PCIe/NVLink) above {r:.3g}/h all of the last hour",
     "gap_frac_1h": "telemetry gaps {v:.0%} of last hour",
     "stale_intervals": "no sample for {v:.0f} intervals",
     "node_compute_z": "node compute time z={v:.1f} vs job (straggler)",
@@ -56,6 +55,8 @@ _LABELS = {
     "node_temp_trend_dev": "node's GPUs warming {v:+.1f} C vs 6 h, more than other nodes",
     "node_throttle_power_dev": "node's GPUs power-throttled {v:+.0%} more than other nodes",
     "node_power_cv_dev": "node's GPU power swinging {v:+.0%} more than other nodes",
+    "node_throttle_power_rise": "node's GPUs power-throttled {v:+.0%} more than over 6 h",
+    "node_power_cv_rise": "node's GPU power swinging {v:+.0%} more than over 6 h",
     "fleet_hot_frac": "{v:.0%} of nodes hot",
     "fleet_bw_low_frac": "{v:.0%} of nodes with slow links",
     "hot_nodes_besides": "{v:.0f} other nodes hot too",
@@ -83,7 +84,8 @@ def describe(feature: str, value: float) -> str:
     template = _LABELS.get(feature)
     if template is None or not np.isfinite(value):
         return f"{feature}={value:.3g}"
-    return template.format(v=value)
+    # Error rates are log1p per hour: x is a ratio of (1 + rate)s, r a rate back in errors/h.
+    return template.format(v=value, x=np.exp(value), r=np.expm1(value))
 
 
 def explain(risk_fn: Callable[[pd.DataFrame], np.ndarray], x: pd.DataFrame, risk: np.ndarray,

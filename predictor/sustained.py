@@ -26,7 +26,7 @@ SUSTAINED: dict[str, dict[str, tuple[str, int]]] = {
     "gpu": {
         "sbe_held_1h": ("sbe_rate_5m", 1), "pcie_held_1h": ("pcie_rate_5m", 1),
         "nvlink_held_1h": ("nvlink_rate_5m", 1), "temp_dev_held_1h": ("temp_dev", 1),
-        "memtemp_dev_held_1h": ("memtemp_dev", 1), "clock_dev_held_1h": ("clock_dev", -1),
+        "clock_dev_held_1h": ("clock_dev", -1),
         "throttle_thermal_held_1h": ("throttle_thermal_5m", 1),
     },
     "node": {

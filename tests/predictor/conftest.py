@@ -38,6 +38,10 @@ class Spec:
     slow_node: str | None = None
     nic_bad: tuple[str, float] | None = None
     """(node, from h): the node's link bandwidth falls to 40%."""
+    power_capped: tuple[str, float] | None = None
+    """(node, from h): every GPU of the node runs into its power cap from then on."""
+    always_capped: str | None = None
+    """A node whose GPUs run into their power cap all along (healthy, just hungry)."""
     drop_columns: tuple[str, ...] = ()
     with_node: bool = True
     with_links: bool = True
@@ -92,7 +96,15 @@ def make_trace(spec: Spec) -> FleetTrace:
         "gpu.ecc.sbe": cum[mask],
         "gpu.ecc.dbe": np.zeros(mask.sum()),
         "gpu.pcie.replay": np.zeros(mask.sum()),
-    }).drop(columns=list(spec.drop_columns))
+    })
+    if spec.power_capped or spec.always_capped:
+        capped = np.zeros(shape)
+        if spec.power_capped:
+            capped[hours >= spec.power_capped[1], names.index(spec.power_capped[0])] = 1.0
+        if spec.always_capped:
+            capped[:, names.index(spec.always_capped)] = 1.0
+        gpu["gpu.throttle.power"] = capped[mask]
+    gpu = gpu.drop(columns=list(spec.drop_columns))
     for _ in range(spec.app_xids):
         events.append((float(rng.choice(t)), names[int(rng.integers(spec.nodes))],
                        int(rng.integers(spec.gpus)), "xid", int(rng.choice([13, 31, 43, 45]))))

@@ -9,7 +9,6 @@ import pytest
 from predictor.feature_frames import GPU_FEATURES, LINK_FEATURES, NODE_FEATURES
 from predictor.features import FeatureEngine
 from predictor.replay import replay
-from predictor.sustained import SUSTAINED
 from tests.predictor.conftest import T0, Spec, make_trace
 
 
@@ -56,6 +55,24 @@ def test_ecc_ramp_shows_as_rising_rate_and_memory_xids() -> None:
     bad, good = _gpu(feats, "n002", 3), _gpu(feats, "n002", 0)
     assert bad["sbe_rate_5m"] > bad["sbe_rate_6h"] > good["sbe_rate_6h"]
     assert bad["xid_mem_1h"] >= 2 and good["xid_mem_1h"] == 0
+
+
+def test_a_growing_error_rate_rises_and_a_steady_benign_one_does_not() -> None:
+    feats = _at(Spec(benign_sbe=("n001", 0), ecc_ramp=("n002", 3, 3.0, 6.0)), 5.0)
+    benign, ramp = _gpu(feats, "n001", 0), _gpu(feats, "n002", 3)
+    # The benign GPU's rate is high in absolute terms but no higher than over its last 6 hours.
+    assert np.expm1(benign["sbe_rate_5m"]) > 10
+    assert abs(benign["err_rise_1h"]) < 0.5 and abs(benign["err_rise_5m"]) < 1.0
+    assert ramp["err_rise_1h"] > 0.5 and ramp["err_rise_5m"] > ramp["err_rise_1h"]
+
+
+def test_a_node_that_starts_to_throttle_rises_and_one_that_always_did_does_not() -> None:
+    feats = _at(Spec(nodes=6, power_capped=("n002", 5.0), always_capped="n001"), 5.5)
+    node = feats.node.set_index("node")
+    assert node.loc["n001", "node_throttle_power_dev"] > 0.9
+    assert node.loc["n002", "node_throttle_power_dev"] > 0.9
+    assert abs(node.loc["n001", "node_throttle_power_rise"]) < 0.05
+    assert node.loc["n002", "node_throttle_power_rise"] > 0.5
 
 
 def test_hot_gpu_deviates_from_its_node_peers() -> None:
@@ -106,7 +123,7 @@ def test_incremental_updates_match_one_batch() -> None:
             break
     a, b = one.features(t).gpu, many.features(t).gpu
     # Held-over-an-hour features depend on what was seen when (test_sustained.py covers them).
-    cols = [c for c in GPU_FEATURES if c != "stale_intervals" and c not in SUSTAINED["gpu"]]
+    cols = [c for c in GPU_FEATURES if c != "stale_intervals" and not c.endswith("_held_1h")]
     np.testing.assert_allclose(a[cols].to_numpy(dtype=float), b[cols].to_numpy(dtype=float),
                                rtol=1e-6, atol=1e-9)
 

@@ -8,8 +8,8 @@ T0 = 1.7e9
 
 def _gpu_frame(pcie: float, clock_dev: float = 0.0) -> pd.DataFrame:
     row = {"node": ["n0", "n1"], "gpu": [0, 0], "sbe_rate_5m": [0.0, 0.0],
-           "pcie_rate_5m": [pcie, 0.0], "nvlink_rate_5m": [0.0, 0.0], "temp_dev": [0.0, 0.0],
-           "memtemp_dev": [np.nan, np.nan], "clock_dev": [clock_dev, 0.0],
+           "pcie_rate_5m": [pcie, 0.0], "nvlink_rate_5m": [0.0, 0.0], "temp_dev": [0.0, np.nan],
+           "clock_dev": [clock_dev, 0.0],
            "throttle_thermal_5m": [0.0, 0.0]}
     return pd.DataFrame(row)
 
@@ -50,7 +50,8 @@ def test_less_is_worse_features_keep_their_ceiling_and_nan_stays_unknown() -> No
     assert held.loc[0, "clock_dev_held_1h"] == -0.3  # slow all hour: its best is still -30%
     clock[6] = -0.01  # one snapshot at full speed
     assert _run([0.0] * 14, clock=clock).loc[0, "clock_dev_held_1h"] == -0.01
-    assert held["memtemp_dev_held_1h"].isna().all()
+    assert np.isnan(held.loc[1, "temp_dev_held_1h"])  # a GPU that exports no temperature
+    assert held.loc[0, "temp_dev_held_1h"] == 0.0
 
 
 def test_reading_more_often_than_snapshots_changes_nothing() -> None:
