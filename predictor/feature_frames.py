@@ -13,11 +13,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from predictor.features import GAUGE, POWER_SQ
 from predictor.streams import TAU_NAMES
 from predictor.sustained import SUSTAINED
 
 if TYPE_CHECKING:
     from predictor.features import FeatureEngine, Features
+
+# Columns of the GPU stream's gauge windows.
+TEMP, CLOCK, POWER = GAUGE["gpu.temperature"], GAUGE["gpu.clock.sm"], GAUGE["gpu.power"]
+THR_T, THR_P = GAUGE["gpu.throttle.thermal"], GAUGE["gpu.throttle.power"]
 
 COUNTER_NAMES: tuple[str, ...] = ("sbe", "dbe", "remap_corr", "remap_unc", "pcie", "nvlink")
 
@@ -180,12 +185,13 @@ def _gpu_node_aggregates(engine: FeatureEngine, t: float, stale_s: float) -> pd.
     codes = np.asarray(engine.gpus.keys.index, dtype=np.int64)[live] // 4096
     m = w.mean[live]
     with np.errstate(invalid="ignore", divide="ignore"):
-        var = np.maximum(m[:, 0, -1] - m[:, 0, 3] ** 2, 0.0)
-        cv = np.sqrt(var) / m[:, 0, 3]
-        var6 = np.maximum(m[:, 2, -1] - m[:, 2, 3] ** 2, 0.0)
-        cv6 = np.sqrt(var6) / m[:, 2, 3]
-    per_gpu = pd.DataFrame({"code": codes, "temp": m[:, 0, 0], "trend": m[:, 0, 0] - m[:, 2, 0],
-                            "thr_p": m[:, 0, 5], "thr_p_rise": m[:, 0, 5] - m[:, 2, 5],
+        var = np.maximum(m[:, 0, POWER_SQ] - m[:, 0, POWER] ** 2, 0.0)
+        cv = np.sqrt(var) / m[:, 0, POWER]
+        var6 = np.maximum(m[:, 2, POWER_SQ] - m[:, 2, POWER] ** 2, 0.0)
+        cv6 = np.sqrt(var6) / m[:, 2, POWER]
+    per_gpu = pd.DataFrame({"code": codes, "temp": m[:, 0, TEMP],
+                            "trend": m[:, 0, TEMP] - m[:, 2, TEMP], "thr_p": m[:, 0, THR_P],
+                            "thr_p_rise": m[:, 0, THR_P] - m[:, 2, THR_P],
                             "cv": cv, "cv_rise": cv - cv6})
     node = per_gpu.groupby("code").median()
     out = pd.DataFrame({
@@ -218,19 +224,19 @@ def _gpu_frame(engine: FeatureEngine, t: float, stale_s: float, nominal: float,
         f["err_rise_5m"] = _nanmax(rate[:, 0, rising] - rate[:, 2, rising])
         f["err_rise_1h"] = _nanmax(rate[:, 1, rising] - rate[:, 2, rising])
     m = w.mean[live]
-    temp5, temp6 = m[:, 0, 0], m[:, 2, 0]
+    temp5, temp6 = m[:, 0, TEMP], m[:, 2, TEMP]
     f["temp_5m"] = temp5
     f["temp_dev"] = temp5 - group_median(temp5, codes)
     f["temp_trend_dev"] = (temp5 - temp6) - group_median(temp5 - temp6, codes)
     with np.errstate(invalid="ignore", divide="ignore"):
-        clk5, clk6 = m[:, 0, 2], m[:, 2, 2]
+        clk5, clk6 = m[:, 0, CLOCK], m[:, 2, CLOCK]
         f["clock_dev"] = _dead_zone(clk5 / group_median(clk5, codes) - 1.0, CLOCK_RESOLUTION)
         trend = clk5 / clk6 - 1.0
         f["clock_trend_dev"] = _dead_zone(trend - group_median(trend, codes), CLOCK_RESOLUTION)
-    f["throttle_thermal_5m"] = m[:, 0, 4]
-    f["throttle_thermal_1h"] = m[:, 1, 4]
-    f["throttle_thermal_dev"] = m[:, 0, 4] - group_median(m[:, 0, 4], codes)
-    f["remap_pending_5m"] = m[:, 0, 6]
+    f["throttle_thermal_5m"] = m[:, 0, THR_T]
+    f["throttle_thermal_1h"] = m[:, 1, THR_T]
+    f["throttle_thermal_dev"] = m[:, 0, THR_T] - group_median(m[:, 0, THR_T], codes)
+    f["remap_pending_5m"] = m[:, 0, GAUGE["gpu.rows.remap.pending"]]
     xid = engine.gpu_events.counts_for(keys, t)  # gpus x taus x (mem, nvlink, bus, other)
     f["xid_mem_5m"], f["xid_mem_1h"], f["xid_mem_6h"] = xid[:, 0, 0], xid[:, 1, 0], xid[:, 2, 0]
     f["xid_nvlink_1h"], f["xid_nvlink_6h"] = xid[:, 1, 1], xid[:, 2, 1]

@@ -27,9 +27,15 @@ COUNTERS: tuple[str, ...] = (
     "gpu.rows.remapped.uncorrectable", "gpu.pcie.replay", "gpu.nvlink.crc_errors",
 )
 GAUGES: tuple[str, ...] = (
-    "gpu.temperature", "gpu.memory.temperature", "gpu.clock.sm", "gpu.power",
-    "gpu.throttle.thermal", "gpu.throttle.power", "gpu.rows.remap.pending", "gpu.utilization",
+    "gpu.temperature", "gpu.clock.sm", "gpu.power", "gpu.throttle.thermal", "gpu.throttle.power",
+    "gpu.rows.remap.pending", "gpu.utilization",
 )
+"""GPU gauges kept per GPU, in the order of the stream's gauge columns; the stream adds power
+squared after them (``POWER_SQ``) for power swings. HBM temperature is not kept: no feature
+reads it (see ``feature_frames.GPU_FEATURES``)."""
+GAUGE: dict[str, int] = {name: i for i, name in enumerate(GAUGES)}
+"""Gauge name -> its column in the GPU stream's windows."""
+POWER_SQ = len(GAUGES)
 NODE_GAUGES: tuple[str, ...] = (
     "train.step.duration", "train.compute.duration", "train.collective.duration")
 LINK_GAUGES: tuple[str, ...] = ("net.link.bandwidth", "net.link.latency")
@@ -114,7 +120,7 @@ class FeatureEngine:
             ts = g["ts"].to_numpy(dtype=np.float64)
             nominal = self._nominal(ts, keys)
             gauges = _columns(g, GAUGES)
-            power = gauges[:, GAUGES.index("gpu.power")]
+            power = gauges[:, GAUGE["gpu.power"]]
             self.gpus.ingest(keys, ts, _columns(g, COUNTERS), np.c_[gauges, power * power],
                              nominal_dt=nominal)
         n = trace.node[trace.node["ts"] <= t]
