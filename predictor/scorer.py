@@ -47,14 +47,30 @@ class Scorer:
 
     def score(self, feats: Features) -> pd.DataFrame:
         """A risk frame (``RISK_COLUMNS``) with one row per live entity."""
+        # A node that has had a fatal XID has failed: it needs a repair, not a warning, and a
+        # pre-failure alert raised now would only be noise after the fact, so its entities are
+        # not scored at all. (The rules baseline keeps alarming on it, as DCGM does.)
+        failed = {} if isinstance(self.model, RulesModel) else feats.failed
         parts = []
         for kind, frame in (("gpu", feats.gpu), ("node", feats.node), ("link", feats.link)):
             if not len(frame):
                 continue
-            risk, lead, signals = self.model.score(kind, frame, explain_above=self.explain_above)
+            nodes = frame["node"].to_numpy(dtype=object)
+            gone = np.isin(nodes, list(failed)) if failed else np.zeros(len(frame), dtype=bool)
+            risk, lead = np.zeros(len(frame)), np.full(len(frame), np.nan)
+            signals: list[tuple[str, ...]] = [
+                (f"failed: XID {failed[n][1]} {(feats.t - failed[n][0]) / 60:.0f} min ago",)
+                if g else () for n, g in zip(nodes, gone, strict=True)]
+            if not gone.all():
+                live = np.flatnonzero(~gone)
+                r, ld, sig = self.model.score(kind, frame.iloc[live],
+                                              explain_above=self.explain_above)
+                risk[live], lead[live] = r, ld
+                for i, s in zip(live, sig, strict=True):
+                    signals[i] = s
             part = pd.DataFrame({
                 "kind": kind,
-                "node": frame["node"].to_numpy(dtype=object),
+                "node": nodes,
                 "gpu": frame["gpu"].to_numpy(dtype=np.int64) if kind == "gpu" else -1,
                 "peer": frame["peer"].to_numpy(dtype=object) if kind == "link" else "",
                 "risk": np.clip(risk, 0.0, 1.0),
@@ -64,15 +80,4 @@ class Scorer:
             parts.append(part)
         if not parts:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in RISK_COLUMNS})
-        out = pd.concat(parts, ignore_index=True)
-        if feats.failed and not isinstance(self.model, RulesModel):
-            # A node that has had a fatal XID has failed: it needs a repair, not a warning, and
-            # a pre-failure alert raised now would only be noise after the fact. (The rules
-            # baseline keeps alarming on it, as a DCGM deployment does.)
-            gone = out["node"].isin(list(feats.failed))
-            out.loc[gone, "risk"] = 0.0
-            out.loc[gone, "lead_s"] = np.nan
-            out.loc[gone, "signals"] = pd.Series(
-                [(f"failed: XID {feats.failed[n][1]} {(feats.t - feats.failed[n][0]) / 60:.0f} "
-                  "min ago",) for n in out.loc[gone, "node"]], index=out.index[gone], dtype=object)
-        return out
+        return pd.concat(parts, ignore_index=True)
