@@ -105,7 +105,7 @@ CLOCK_RESOLUTION = 0.01
 def _nanmax(x: np.ndarray) -> np.ndarray:
     """Row-wise maximum ignoring NaN; NaN where a row has no value at all."""
     out = np.full(len(x), np.nan)
-    seen = np.isfinite(x).any(axis=1) if x.ndim == 2 and x.shape[1] else np.zeros(len(x), bool)
+    seen = np.isfinite(x).any(axis=1)
     out[seen] = np.nanmax(x[seen], axis=1)
     return out
 
@@ -220,9 +220,8 @@ def _gpu_frame(engine: FeatureEngine, t: float, stale_s: float, nominal: float,
         for k, tn in enumerate(TAU_NAMES):
             f[f"{name}_rate_{tn}"] = rate[:, k, c]
     rising = [COUNTER_NAMES.index(name) for name in RISING_COUNTERS]
-    with np.errstate(invalid="ignore"):
-        f["err_rise_5m"] = _nanmax(rate[:, 0, rising] - rate[:, 2, rising])
-        f["err_rise_1h"] = _nanmax(rate[:, 1, rising] - rate[:, 2, rising])
+    f["err_rise_5m"] = _nanmax(rate[:, 0, rising] - rate[:, 2, rising])
+    f["err_rise_1h"] = _nanmax(rate[:, 1, rising] - rate[:, 2, rising])
     m = w.mean[live]
     temp5, temp6 = m[:, 0, TEMP], m[:, 2, TEMP]
     f["temp_5m"] = temp5

@@ -15,6 +15,6 @@ def test_training_fleets_differ_in_what_they_export_but_keep_every_error_counter
     for column in ("gpu.ecc.sbe", "gpu.pcie.replay", "gpu.temperature", "ts", "node", "gpu"):
         assert all(column in k for k in kept)
     # The same seed drops the same columns: the default model stays reproducible.
-    again = [set(drop_optional_columns(trace, np.random.default_rng(0)).gpu.columns)]
-    assert again[0] == kept[0]
+    again = set(drop_optional_columns(trace, np.random.default_rng(0)).gpu.columns)
+    assert again == kept[0]
     assert trace.gpu.shape[1] == len(set(trace.gpu.columns))  # the input is left untouched
