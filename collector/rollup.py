@@ -143,8 +143,12 @@ def roll_up_and_expire(store: Store, *, now: float, raw_retention_s: float,
     reference = now if newest is None else min(now, newest)
     cutoff = math.floor((reference - raw_retention_s) / 60.0) * 60.0
     rolled = 0
-    with store.engine.connect() as conn:
-        first = _first_raw_ts(conn, kept) if cutoff > kept else None
+    first = None
+    if newest is not None and cutoff > kept:
+        # Not when the store held no raw point a moment ago: points written since (a trace
+        # imported from the past) would be aged against ``now``, not against their own newest.
+        with store.engine.connect() as conn:
+            first = _first_raw_ts(conn, kept)
     if first is not None and first < cutoff:
         # From the oldest raw point, not from the watermark: late or imported points older
         # than it are rolled up too (merged into their minutes) instead of lingering.

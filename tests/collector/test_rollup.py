@@ -1,5 +1,7 @@
-from sqlalchemy import text
+import pytest
+from sqlalchemy import Connection, text
 
+from collector import rollup
 from collector.rollup import roll_up_and_expire
 from collector.store import Store
 from tests.collector.test_store import T0, small_trace
@@ -40,4 +42,29 @@ def test_raw_points_become_minute_rollups_then_expire(store_url: str) -> None:
     with store.engine.connect() as conn:
         oldest = conn.execute(text("SELECT MIN(ts) FROM rollups")).scalar()
     assert oldest is None or oldest >= T0 + 10_000
+    store.close()
+
+
+def test_a_trace_written_while_a_pass_starts_on_an_empty_store_keeps_its_raw_data(
+        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass saw no raw point, then a trace from the past landed before it went on: the
+    trace is aged against its own newest point on a later pass, not rolled up against ``now``
+    (the service's maintenance loop racing the first ingest did exactly this)."""
+    store = Store.open(store_url)
+    real = rollup._newest_raw_ts
+
+    def newest_then_a_write_lands(conn: Connection) -> float | None:
+        seen = real(conn)
+        store.write_trace(small_trace(steps=30), job="j")
+        return seen
+
+    monkeypatch.setattr(rollup, "_newest_raw_ts", newest_then_a_write_lands)
+    report = roll_up_and_expire(store, now=T0 + 1e6, raw_retention_s=100,
+                                rollup_retention_s=1e7)
+    monkeypatch.undo()
+    assert report.rolled_up_rows == 0
+    assert len(store.read_trace().gpu) == 30 * 4 and _count(store, "rollups") == 0
+    later = roll_up_and_expire(store, now=T0 + 1e6, raw_retention_s=100, rollup_retention_s=1e7)
+    assert later.deleted_raw_before == T0 + 160  # aged against the trace's own newest point
+    assert store.read_trace().gpu["ts"].min() == T0 + 160
     store.close()
