@@ -73,9 +73,9 @@ def add_all(state: FleetState, rng: np.random.Generator, config: GeneratorConfig
         state.events.append((state.t[min(k, len(state.t) - 1)] - 1.0, n, g, 63))
     for _ in range(_count(rng, config.transient_bursts_per_gpu_day * c * nodes * gpus, days)):
         # A burst of errors that stops by itself (a reseated cable, a scrubbed row): no failure.
-        k0, k1 = _span(state, rng, 300, 1800)
+        k0, k1 = _span(state, rng, config.burst_min_s, config.burst_max_s)
         name = str(rng.choice(("gpu.ecc.sbe", "gpu.pcie.replay", "gpu.nvlink.crc_errors")))
-        per_sample = rng.uniform(2, 40) * dt_min
+        per_sample = rng.uniform(config.burst_min_per_min, config.burst_max_per_min) * dt_min
         n, g = int(rng.integers(nodes)), int(rng.integers(gpus))
         state.inc[name][k0:k1, n, g] += rng.poisson(per_sample, k1 - k0)
     for _ in range(_count(rng, config.driver_reload_per_node_day * c * nodes, days)):

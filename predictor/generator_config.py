@@ -87,7 +87,15 @@ class GeneratorConfig:
     driver_reload_per_node_day: float = 0.03
     """Counter resets without a failure (driver reloads) per node-day."""
     transient_bursts_per_gpu_day: float = 0.0
-    """Short error bursts (SBE, PCIe replay or NVLink CRC for 5-30 min) that stop by themselves."""
+    """Short error bursts (SBE, PCIe replay or NVLink CRC) that stop by themselves."""
+    burst_min_s: float = 300.0
+    """Shortest transient burst (lengths are uniform between this and ``burst_max_s``)."""
+    burst_max_s: float = 1800.0
+    """Longest transient burst."""
+    burst_min_per_min: float = 2.0
+    """Lowest error rate of a burst, per minute (uniform up to ``burst_max_per_min``)."""
+    burst_max_per_min: float = 40.0
+    """Highest error rate of a burst, per minute."""
     outage_per_node_day: float = 0.3
     """Telemetry outages (a node's rows missing for minutes) per node-day."""
     drop_rate: float = 0.002
@@ -101,7 +109,8 @@ class GeneratorConfig:
         positive = {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "days": self.days,
                     "interval_s": self.interval_s, "link_interval_s": self.link_interval_s,
                     "precursor_min_s": self.precursor_min_s, "intensity_min": self.intensity_min,
-                    "rack_size": self.rack_size}
+                    "rack_size": self.rack_size, "burst_min_s": self.burst_min_s,
+                    "burst_min_per_min": self.burst_min_per_min}
         for name, v in positive.items():
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"generator.{name}={v} must be > 0")
@@ -127,6 +136,10 @@ class GeneratorConfig:
         if self.intensity_max < self.intensity_min:
             raise ValueError(f"generator.intensity_max={self.intensity_max} must be >= "
                              f"intensity_min={self.intensity_min}")
+        for lo, hi in (("burst_min_s", "burst_max_s"), ("burst_min_per_min", "burst_max_per_min")):
+            if not getattr(self, hi) >= getattr(self, lo):
+                raise ValueError(f"generator.{hi}={getattr(self, hi)} must be >= "
+                                 f"{lo}={getattr(self, lo)}")
         if self.ts_jitter_s >= self.interval_s / 2:
             raise ValueError(f"generator.ts_jitter_s={self.ts_jitter_s} must be < interval_s/2")
         if self.days * 86400 < 2 * self.interval_s:

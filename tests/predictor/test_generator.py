@@ -234,8 +234,32 @@ def test_counters_only_go_down_by_resetting(confounded: GeneratedTrace) -> None:
 @pytest.mark.parametrize(("field", "value"), [
     ("nodes", 0), ("interval_s", -1.0), ("failure_rate", -2.0), ("drop_rate", 1.5),
     ("precursor_max_s", 1.0), ("mix", {"meteor": 1.0}), ("mix", {"ecc": 0.0}),
-    ("precursor_share", {"ecc": 2.0}), ("ts_jitter_s", 100.0),
+    ("precursor_share", {"ecc": 2.0}), ("ts_jitter_s", 100.0), ("burst_max_s", 10.0),
+    ("burst_min_per_min", 0.0), ("burst_max_per_min", 1.0),
 ])
 def test_bad_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         GeneratorConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def _worst_10_min(trace: pd.DataFrame) -> float:
+    """The most errors (SBE + PCIe replays + NVLink CRC) any GPU gained in 10 minutes."""
+    errors = trace[["gpu.ecc.sbe", "gpu.pcie.replay", "gpu.nvlink.crc_errors"]].sum(axis=1)
+    frame = trace.assign(errors=errors, q=(trace["ts"] // 600).astype(int))
+    per_q = frame.groupby(["node", "gpu", "q"])["errors"].agg(["min", "max"])
+    return float((per_q["max"] - per_q["min"]).max())
+
+
+def test_transient_bursts_follow_their_configured_length_and_rate() -> None:
+    quiet = {"failure_count": 0, "benign_sbe_fraction": 0.0, "benign_link_fraction": 0.0,
+             "transient_bursts_per_gpu_day": 0.5, "driver_reload_per_node_day": 0.0}
+    heavy = generate(GeneratorConfig(seed=8, **SMALL, **quiet)).trace  # 5-30 min, 2-40/min
+    small = generate(GeneratorConfig(seed=8, **SMALL, **quiet, burst_min_s=60.0,
+                                     burst_max_s=120.0, burst_min_per_min=5.0,
+                                     burst_max_per_min=6.0)).trace
+    none = generate(GeneratorConfig(seed=8, **SMALL, **{
+        **quiet, "transient_bursts_per_gpu_day": 0.0})).trace
+    # One or two minutes at 5-6 a minute (two or three 60-s samples) stand above the rare
+    # background errors and far below bursts of 5-30 minutes at up to 40 a minute.
+    assert _worst_10_min(none.gpu) < _worst_10_min(small.gpu) <= 30
+    assert _worst_10_min(heavy.gpu) >= 60
