@@ -58,8 +58,8 @@ NODE_FEATURES: dict[str, int] = {
     "link_bw_med_z": -1, "link_bw_min_z": -1, "link_bw_trend_med_z": -1,
     "link_bw_trend_min_z": -1, "link_lat_med_z": 1, "link_lat_max_z": 1,
     "link_lat_trend_med_z": 1, "xid_node_1h": 1, "xid_node_6h": 1, "node_stale_intervals": 0,
-    "node_temp_dev": 1, "node_temp_trend_dev": 1, "node_throttle_power_dev": 1,
-    "node_power_cv_dev": 1, "node_throttle_power_rise": 1, "node_power_cv_rise": 1,
+    "node_temp_dev": 1, "node_temp_trend_dev": 1,
+    "node_throttle_power_rise": 1, "node_power_cv_rise": 1,
     "fleet_hot_frac": -1, "fleet_bw_low_frac": -1,
     "hot_nodes_besides": -1, "slow_link_nodes_besides": -1,
 }
@@ -190,17 +190,16 @@ def _gpu_node_aggregates(engine: FeatureEngine, t: float, stale_s: float) -> pd.
         var6 = np.maximum(m[:, 2, POWER_SQ] - m[:, 2, POWER] ** 2, 0.0)
         cv6 = np.sqrt(var6) / m[:, 2, POWER]
     per_gpu = pd.DataFrame({"code": codes, "temp": m[:, 0, TEMP],
-                            "trend": m[:, 0, TEMP] - m[:, 2, TEMP], "thr_p": m[:, 0, THR_P],
+                            "trend": m[:, 0, TEMP] - m[:, 2, TEMP],
                             "thr_p_rise": m[:, 0, THR_P] - m[:, 2, THR_P],
-                            "cv": cv, "cv_rise": cv - cv6})
+                            "cv_rise": cv - cv6})
     node = per_gpu.groupby("code").median()
     out = pd.DataFrame({
         "node_temp_dev": node["temp"] - node["temp"].median(),
         "node_temp_trend_dev": node["trend"] - node["trend"].median(),
-        "node_throttle_power_dev": node["thr_p"] - node["thr_p"].median(),
-        "node_power_cv_dev": node["cv"] - node["cv"].median(),
-        # A node that always ran into its power cap (the silicon lottery, a hot slot) is not
-        # failing; one that started to throttle or swing more than over its last 6 h may be.
+        # Power throttling and power swings only count as growth against the node's own 6 h,
+        # never as a level against other nodes: a node that always runs into its power cap (a
+        # lower cap, the silicon lottery, a hot slot) is chronically slow but healthy.
         "node_throttle_power_rise": node["thr_p_rise"] - node["thr_p_rise"].median(),
         "node_power_cv_rise": node["cv_rise"] - node["cv_rise"].median(),
     })

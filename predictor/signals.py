@@ -53,8 +53,6 @@ _LABELS = {
     "node_stale_intervals": "no training sample for {v:.0f} intervals",
     "node_temp_dev": "node's GPUs {v:+.1f} C vs other nodes",
     "node_temp_trend_dev": "node's GPUs warming {v:+.1f} C vs 6 h, more than other nodes",
-    "node_throttle_power_dev": "node's GPUs power-throttled {v:+.0%} more than other nodes",
-    "node_power_cv_dev": "node's GPU power swinging {v:+.0%} more than other nodes",
     "node_throttle_power_rise": "node's GPUs power-throttled {v:+.0%} more than over 6 h",
     "node_power_cv_rise": "node's GPU power swinging {v:+.0%} more than over 6 h",
     "fleet_hot_frac": "{v:.0%} of nodes hot",

@@ -34,8 +34,6 @@ SUSTAINED: dict[str, dict[str, tuple[str, int]]] = {
         "link_bw_med_z_held_1h": ("link_bw_med_z", -1),
         "link_lat_med_z_held_1h": ("link_lat_med_z", 1),
         "node_temp_dev_held_1h": ("node_temp_dev", 1),
-        "node_power_cv_dev_held_1h": ("node_power_cv_dev", 1),
-        "node_throttle_power_dev_held_1h": ("node_throttle_power_dev", 1),
     },
     "link": {"bw_z_held_1h": ("bw_z", -1), "lat_z_held_1h": ("lat_z", 1)},
 }

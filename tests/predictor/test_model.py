@@ -70,3 +70,17 @@ def test_shipped_model_flags_a_fast_degradation_at_1s_sampling(spec: Spec,
     assert risks["risk"].idxmax() == ("n001", 2)
     assert risks.loc[("n001", 2), "risk"] >= at_least
     assert risks.drop(index=("n001", 2))["risk"].max() < 0.1
+
+
+def test_shipped_model_leaves_a_node_always_at_its_power_cap_alone() -> None:
+    # Chronically slow but healthy: every GPU of n001 power-throttles the whole time. It must
+    # not stand out from its peers in risk (the model used to rate it 2-3x its peers).
+    spec = Spec(nodes=6, hours=8.0, always_capped="n001")
+    engine, scorer = FeatureEngine(interval_s=spec.interval_s), Scorer(RiskModel.load())
+    trace = make_trace(spec)
+    for hours in (2.0, 4.0, 8.0):
+        t = T0 + hours * 3600
+        engine.update(trace, t)
+        risks = scorer.score(engine.features(t))
+        node = risks[risks["kind"] == "node"].set_index("node")["risk"]
+        assert node["n001"] <= node.drop("n001").max() + 0.02
