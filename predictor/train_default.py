@@ -12,6 +12,7 @@ same command gives the same model (and version string).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,8 +79,7 @@ def drop_optional_columns(trace: FleetTrace, rng: np.random.Generator) -> FleetT
             if c in trace.gpu.columns and rng.random() < p]
     if not gone:
         return trace
-    return FleetTrace(meta=trace.meta, gpu=trace.gpu.drop(columns=gone), node=trace.node,
-                      links=trace.links, events=trace.events, failures=trace.failures)
+    return dataclasses.replace(trace, gpu=trace.gpu.drop(columns=gone))
 
 
 def training_traces(count: int) -> Iterator[FleetTrace]:
