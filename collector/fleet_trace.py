@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,8 @@ import pandas as pd
 from collector.metrics import GPU_COLUMNS, LINK_TRACE_METRICS, NODE_TRACE_METRICS
 
 FORMAT = "fleet-trace/1"
+
+log = logging.getLogger("foreshock.trace")
 
 
 class TraceFormatError(ValueError):
@@ -112,19 +115,24 @@ def _read_csv(path: Path, file: str) -> pd.DataFrame:
     if missing:
         raise TraceFormatError(path, f"missing required column(s) {', '.join(missing)}")
     known = set(_KEYS[file]) | set(_METRICS[file])
-    unknown = [c for c in df.columns if c not in known]
-    if unknown and file != "gpu.csv.gz":
-        raise TraceFormatError(path, f"unknown column(s) {', '.join(unknown)}")
-    # gpu.csv.gz may carry extra gpu.* metrics NVML exposes (metrics.md allows them).
-    bad = [c for c in unknown if not c.startswith("gpu.")]
-    if bad:
-        raise TraceFormatError(path, f"unknown column(s) {', '.join(bad)} (expected gpu.* metrics)")
+    # gpu.csv.gz may carry extra gpu.* metrics NVML exposes (metrics.md allows them). Any other
+    # column no reader uses (a job id, a free-text message, a metric of a newer exporter) is
+    # left out with a warning rather than refusing a trace whose every used column is sound.
+    unknown = [c for c in df.columns if c not in known
+               and not (file == "gpu.csv.gz" and c.startswith("gpu."))]
+    if unknown:
+        log.warning("%s: ignoring column(s) %s (fleet-trace/1 defines no such column there)",
+                    path, ", ".join(map(str, unknown)))
+        df = df.drop(columns=unknown)
     for col in df.columns:
         if col in ("node", "src", "dst", "kind"):
             df[col] = df[col].fillna("").astype(str)
             continue
         converted = pd.to_numeric(df[col], errors="coerce")
         bad_rows = converted.isna() & df[col].notna()
+        if col == "code" and "kind" in df.columns:
+            # Only an XID's code must be a number; other event kinds may say what they like.
+            bad_rows &= df["kind"].fillna("").astype(str) == "xid"
         if bad_rows.any():
             row = int(bad_rows.to_numpy().argmax()) + 2  # 1-based, after the header line
             raise TraceFormatError(

@@ -1,0 +1,55 @@
+import logging
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from collector.fleet_trace import TraceFormatError, read_trace, write_trace
+from tests.collector.test_store import small_trace
+
+
+def _add_column(path: Path, **values: str | float) -> None:
+    df = pd.read_csv(path)
+    for name, value in values.items():
+        df[name] = value
+    df.to_csv(path, index=False)
+
+
+def test_columns_no_reader_uses_are_left_out_with_a_warning_naming_them(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A trace from another exporter may carry a job id or a newer metric: every column the
+    # format defines is still sound, so the trace is read and the extra column named.
+    write_trace(tmp_path, small_trace())
+    plain = read_trace(tmp_path)
+    _add_column(tmp_path / "node.csv.gz", job="pretrain", **{"train.collective.bytes": 1e9})
+    _add_column(tmp_path / "links.csv.gz", **{"net.link.loss": 0.0})
+    _add_column(tmp_path / "events.csv", message="fell off the bus")
+    _add_column(tmp_path / "gpu.csv.gz", rack="r1", **{"gpu.fan.speed": 0.4})
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        trace = read_trace(tmp_path)
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert "node.csv.gz: ignoring column(s) job, train.collective.bytes" in said
+    assert "links.csv.gz: ignoring column(s) net.link.loss" in said
+    assert "events.csv: ignoring column(s) message" in said
+    assert "gpu.csv.gz: ignoring column(s) rack" in said  # gpu.* metrics NVML exposes stay
+    pd.testing.assert_frame_equal(trace.node, plain.node)
+    pd.testing.assert_frame_equal(trace.events, plain.events)
+    assert list(trace.gpu.columns) == [*plain.gpu.columns, "gpu.fan.speed"]
+
+
+def test_only_xid_events_need_a_numeric_code(tmp_path: Path) -> None:
+    write_trace(tmp_path, small_trace())
+    path = tmp_path / "events.csv"
+    events = pd.read_csv(path)
+    extra = pd.DataFrame({"ts": [events["ts"].max() + 1], "node": ["n0"], "gpu": [None],
+                          "kind": ["maintenance"], "code": ["reboot"]})
+    pd.concat([events, extra]).to_csv(path, index=False)
+    trace = read_trace(tmp_path)
+    assert trace.events["kind"].tolist() == ["xid", "xid", "maintenance"]
+    assert trace.events["code"].tolist()[:2] == [79.0, 48.0]
+    assert pd.isna(trace.events["code"].iloc[2])
+
+    extra["kind"] = "xid"
+    pd.concat([events, extra]).to_csv(path, index=False)
+    with pytest.raises(TraceFormatError, match=r"events.csv.*column 'code'.*'reboot' on line 4"):
+        read_trace(tmp_path)
