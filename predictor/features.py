@@ -28,11 +28,12 @@ COUNTERS: tuple[str, ...] = (
 )
 GAUGES: tuple[str, ...] = (
     "gpu.temperature", "gpu.clock.sm", "gpu.power", "gpu.throttle.thermal", "gpu.throttle.power",
-    "gpu.rows.remap.pending", "gpu.utilization",
+    "gpu.rows.remap.pending",
 )
 """GPU gauges kept per GPU, in the order of the stream's gauge columns; the stream adds power
-squared after them (``POWER_SQ``) for power swings. HBM temperature is not kept: no feature
-reads it (see ``feature_frames.GPU_FEATURES``)."""
+squared after them (``POWER_SQ``) for power swings. HBM temperature and utilization are not
+kept: no feature reads them (see ``feature_frames.GPU_FEATURES``; utilization follows the
+job's phases, not the GPU's health)."""
 GAUGE: dict[str, int] = {name: i for i, name in enumerate(GAUGES)}
 """Gauge name -> its column in the GPU stream's windows."""
 POWER_SQ = len(GAUGES)
