@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 from fastapi import FastAPI
@@ -47,11 +47,8 @@ class JobState:
 
 def policy_from(settings: Settings) -> PolicyConfig:
     """The alert policy: the predictor's defaults, with the settings' overrides."""
-    base = PolicyConfig()
-    fire_at = base.fire_at if settings.alert_fire_at is None else settings.alert_fire_at
-    persist = base.persist_s if settings.alert_persist_s is None else settings.alert_persist_s
-    return replace(base, fire_at=fire_at, persist_s=persist,
-                   resolve_below=min(base.resolve_below, fire_at))
+    return PolicyConfig().overridden(fire_at=settings.alert_fire_at,
+                                     persist_s=settings.alert_persist_s)
 
 
 def active_jobs(store: Store) -> list[str]:

@@ -67,10 +67,22 @@ def backtest(
         help="Also draw risk timelines to this PNG (failures marked if failures.csv exists).")
     ] = None,
     every: Annotated[float, typer.Option(help="Scoring period in trace seconds.")] = 300.0,
+    fire_at: Annotated[float | None, typer.Option(
+        min=0.0, max=1.0,
+        help="Risk at or above which a node becomes an alert candidate (the service's "
+             "FORESHOCK_ALERT_FIRE_AT). Default: the model's own alert policy "
+             "(predictor/hysteresis.py). Higher: fewer false alerts, fewer catches.")] = None,
+    persist: Annotated[float | None, typer.Option(
+        min=0.0,
+        help="Seconds a candidate's risk must hold before its alert opens (the service's "
+             "FORESHOCK_ALERT_PERSIST_S). Default: the model's own alert policy.")
+    ] = None,
 ) -> None:
     """Replay a trace through the online scoring path and write the alerts it would raise.
 
-    failures.csv is never read while predicting (only --plot reads it, afterwards).
+    failures.csv is never read while predicting (only --plot reads it, afterwards). Try
+    --fire-at / --persist on your own history before changing the service's settings:
+    `foreshock evaluate` shows what each costs in catches and false alerts.
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -89,7 +101,8 @@ def backtest(
     with Progress(TextColumn("backtest"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeRemainingColumn(), console=console, transient=True) as bar:
         task = bar.add_task("ticks", total=None)
-        result = bt.run(data, scorer_model, every_s=every,
+        policy = bt.policy_for(scorer_model).overridden(fire_at=fire_at, persist_s=persist)
+        result = bt.run(data, scorer_model, every_s=every, policy=policy,
                         progress=lambda i, n: bar.update(task, completed=i, total=n))
     bt.write_alerts(result.alerts, alerts_out)
     nodes = result.alerts["node"].nunique()

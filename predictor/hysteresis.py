@@ -12,7 +12,7 @@ generator seeds (benchmarks/backtest.py) to keep false episodes near 10 per 1,00
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -54,6 +54,15 @@ class PolicyConfig:
         for name in ("persist_s", "slow_persist_s", "resolve_after_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"policy.{name}={getattr(self, name)} must be >= 0")
+
+    def overridden(self, *, fire_at: float | None = None,
+                   persist_s: float | None = None) -> PolicyConfig:
+        """This policy with a user's ``fire_at`` / ``persist_s`` (None keeps the default); an
+        alert still resolves only below the new ``fire_at``."""
+        fire = self.fire_at if fire_at is None else fire_at
+        return replace(self, fire_at=fire,
+                       persist_s=self.persist_s if persist_s is None else persist_s,
+                       resolve_below=min(self.resolve_below, fire))
 
 
 @dataclass(frozen=True, kw_only=True)

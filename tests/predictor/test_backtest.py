@@ -59,6 +59,29 @@ def test_cli_backtest_writes_alerts_csv_and_plot_without_reading_failures(
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_backtest_fire_at_trades_lead_for_fewer_alerts(tmp_path: Path, cli: typer.Typer,
+                                                           tiny_model: RiskModel) -> None:
+    root, model = tmp_path / "trace", tmp_path / "m.skops"
+    write_trace(root, make_trace(SPEC))
+    tiny_model.save(model)
+    first: dict[str, float] = {}
+    rows: dict[str, int] = {}
+    for label, extra in (("default", []), ("strict", ["--fire-at", "0.95"])):
+        out = tmp_path / f"{label}.csv"
+        res = CliRunner().invoke(cli, ["backtest", str(root), "--alerts-out", str(out),
+                                       "--model", str(model), *extra])
+        assert res.exit_code == 0, res.output
+        alerts = pd.read_csv(out)
+        rows[label] = len(alerts)
+        first[label] = alerts.loc[alerts["node"] == "n001", "ts"].min()
+    # The ECC ramp on n001 still alerts under the stricter threshold, an hour later.
+    assert first["default"] < first["strict"] <= T0 + 6 * 3600 - 60
+    assert rows["strict"] < rows["default"]
+    res = CliRunner().invoke(cli, ["backtest", str(root), "--alerts-out", str(tmp_path / "x.csv"),
+                                   "--fire-at", "1.5"])
+    assert res.exit_code != 0 and "--fire-at" in res.output
+
+
 def test_cli_model_fit_then_backtest_with_it(tmp_path: Path, cli: typer.Typer) -> None:
     dirs = []
     for s in range(3):
