@@ -164,6 +164,9 @@ def read_meta(root: Path) -> TraceMeta:
     for key in ("start", "end", "interval_s", "nodes", "gpus_per_node"):
         if key not in raw:
             raise TraceFormatError(path, f"missing field {key!r}")
+    if not isinstance(raw["nodes"], list):
+        raise TraceFormatError(path, f"field 'nodes' must be a list of node names, not "
+                                     f"{type(raw['nodes']).__name__} {raw['nodes']!r}")
     try:
         meta = TraceMeta(
             start=float(raw["start"]),

@@ -1,3 +1,4 @@
+import json
 import logging
 from pathlib import Path
 
@@ -52,4 +53,12 @@ def test_only_xid_events_need_a_numeric_code(tmp_path: Path) -> None:
     extra["kind"] = "xid"
     pd.concat([events, extra]).to_csv(path, index=False)
     with pytest.raises(TraceFormatError, match=r"events.csv.*column 'code'.*'reboot' on line 4"):
+        read_trace(tmp_path)
+
+
+def test_meta_nodes_must_name_the_nodes(tmp_path: Path) -> None:
+    write_trace(tmp_path, small_trace())
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    (tmp_path / "meta.json").write_text(json.dumps({**meta, "nodes": 2}))
+    with pytest.raises(TraceFormatError, match=r"meta.json.*'nodes' must be a list of node names"):
         read_trace(tmp_path)
