@@ -1,6 +1,11 @@
 import numpy as np
 
-from predictor.train_default import OPTIONAL_GPU_COLUMNS, drop_optional_columns
+from predictor.train_default import (
+    OPTIONAL_GPU_COLUMNS,
+    drop_optional_columns,
+    slow_configs,
+    training_configs,
+)
 from tests.predictor.conftest import Spec, make_trace
 
 
@@ -18,3 +23,16 @@ def test_training_fleets_differ_in_what_they_export_but_keep_every_error_counter
     again = set(drop_optional_columns(trace, np.random.default_rng(0)).gpu.columns)
     assert again == kept[0]
     assert trace.gpu.shape[1] == len(set(trace.gpu.columns))  # the input is left untouched
+
+
+def test_training_covers_slow_exporters_on_seeds_of_their_own() -> None:
+    ordinary, slow = training_configs(30), slow_configs(8)
+    # Slow exporters (a scrape every 1.5-5 minutes) are in the training set, links probed no
+    # faster than the GPUs are sampled...
+    assert all(90.0 <= c.interval_s <= 300.0 <= c.link_interval_s + 1e-9 for c in slow)
+    assert max(c.interval_s for c in ordinary) <= 60.0
+    # ...on seeds no other training fleet uses, inside the training range (1000-1999) that the
+    # benchmarks' held-out suites stay out of.
+    seeds = [c.seed for c in ordinary + slow]
+    assert len(set(seeds)) == len(seeds)
+    assert all(1000 <= s <= 1999 for s in seeds)
