@@ -27,9 +27,9 @@ def test_training_fleets_differ_in_what_they_export_but_keep_every_error_counter
 
 def test_training_covers_slow_exporters_on_seeds_of_their_own() -> None:
     ordinary, slow = training_configs(30), slow_configs(8)
-    # Slow exporters (a scrape every 1.5-5 minutes) are in the training set, links probed no
-    # faster than the GPUs are sampled...
-    assert all(90.0 <= c.interval_s <= 300.0 <= c.link_interval_s + 1e-9 for c in slow)
+    # Slow exporters (a scrape every 1.5-5 minutes, link probes every 5 minutes or slower) are
+    # in the training set...
+    assert all(90.0 <= c.interval_s <= 300.0 <= c.link_interval_s for c in slow)
     assert max(c.interval_s for c in ordinary) <= 60.0
     # ...on seeds no other training fleet uses, inside the training range (1000-1999) that the
     # benchmarks' held-out suites stay out of.
