@@ -1,6 +1,8 @@
 # `make demo` runs the whole loop on SQLite with simulated GPUs; `make test` runs the test suite.
 # Both install into .venv on first use (torch from the CPU wheel, never a CUDA build).
 VENV ?= .venv
+# Parallel test processes (pytest-xdist): two suit a two-core machine; 0 runs them in one process.
+TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
@@ -22,7 +24,7 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
