@@ -81,7 +81,9 @@ class RiskModel:
             return np.zeros(len(x)), np.full(len(x), np.nan), [() for _ in range(len(x))]
         risk = km.risk(x)
         signals = explain(km.risk, x.reindex(columns=km.features), risk, km.baseline,
-                          above=explain_above, top=top)
+                          above=explain_above, top=top,
+                          direction=np.array([FEATURES_BY_KIND[kind].get(f, 0)
+                                              for f in km.features], dtype=np.float64))
         return risk, km.lead(risk), signals
 
     def save(self, path: Path | str) -> None:

@@ -3,6 +3,7 @@ lower the risk the most. Short human-readable strings, top signal first."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -68,6 +69,9 @@ _LABELS = {
 }
 
 
+MIN_DROP = 0.01
+"""A feature is a signal when setting it back to its baseline lowers the risk by more."""
+
 _HELD = {name: source for kind in SUSTAINED.values() for name, (source, _) in kind.items()}
 
 
@@ -87,14 +91,24 @@ def describe(feature: str, value: float) -> str:
 
 
 def explain(risk_fn: Callable[[pd.DataFrame], np.ndarray], x: pd.DataFrame, risk: np.ndarray,
-            baseline: np.ndarray, *, above: float, top: int) -> list[tuple[str, ...]]:
-    """Top signals of rows with risk >= ``above`` (empty tuples for the others)."""
+            baseline: np.ndarray, *, above: float, top: int,
+            direction: np.ndarray | None = None) -> list[tuple[str, ...]]:
+    """Top signals of rows with risk >= ``above`` (empty tuples for the others).
+
+    ``direction`` (per column: +1 where more is worse, -1 where less is, 0 for context such as
+    how stale a sample is) names a feature only on its bad side of the baseline; context counts
+    only above it. The model may still lean on a fresh sample, but "no sample for 0
+    intervals" is no reason to drain a node."""
     out: list[tuple[str, ...]] = [() for _ in range(len(x))]
     rows = np.flatnonzero(risk >= above)
     if not len(rows):
         return out
     cols = list(x.columns)
     base = x.to_numpy(dtype=np.float64)[rows]
+    if direction is None:
+        worse = np.isfinite(base)
+    else:
+        worse = (base - baseline) * np.where(direction == 0, 1.0, direction) > 0
     nf = len(cols)
     probe = np.repeat(base, nf, axis=0)
     j = np.tile(np.arange(nf), len(rows))
@@ -102,13 +116,81 @@ def explain(risk_fn: Callable[[pd.DataFrame], np.ndarray], x: pd.DataFrame, risk
     drop = risk[rows][:, None] - risk_fn(pd.DataFrame(probe, columns=cols)).reshape(len(rows), nf)
     # A value the fleet does not export (NaN) is not a signal behind the flag, whatever the
     # model makes of its absence.
-    drop[np.isnan(base)] = -np.inf
+    drop[np.isnan(base) | ~worse] = -np.inf
+    alone: list[int] = []
     for i, r in enumerate(rows):
         order = np.argsort(-drop[i])
-        picked = [describe(cols[k], base[i, k]) for k in order[:top] if drop[i, k] > 0.01]
-        if not picked:  # the risk rests on several signals at once; name the largest movers
-            dev = np.abs(np.nan_to_num(base[i] - baseline))
-            picked = [describe(cols[k], base[i, k]) for k in np.argsort(-dev)[:top]
-                      if np.isfinite(base[i, k])]
-        out[r] = tuple(picked)
+        picked = _readable(cols, base[i], baseline, [k for k in order if drop[i, k] > MIN_DROP],
+                           top)
+        if picked:
+            out[r] = tuple(picked)
+        else:
+            alone.append(i)
+    if alone:
+        # No one feature lowers the risk on its own: each of several would raise it alone.
+        # Set them back together instead (see ``_jointly``).
+        for i, joint in zip(alone, _jointly(risk_fn, cols, base[alone], risk[rows[alone]],
+                                             baseline, drop[alone], worse[alone], top=top),
+                            strict=True):
+            out[rows[i]] = joint
     return out
+
+
+def _jointly(risk_fn: Callable[[pd.DataFrame], np.ndarray], cols: list[str], base: np.ndarray,
+             risk: np.ndarray, baseline: np.ndarray, drop: np.ndarray, worse: np.ndarray, *,
+             top: int) -> list[tuple[str, ...]]:
+    """Signals of rows where several features each suffice. The features that differ from
+    their baseline are set back one after another, in order of their single drop and then in
+    the reverse order (two antithetic paths of a Shapley estimate, so that of two features
+    either of which suffices both are named); each is credited with the mean fall of the risk
+    at its turn, and those credited more than ``MIN_DROP`` are named, largest first. A feature
+    at its baseline or on its good side, or not exported, is never named; a row whose risk none
+    explains gets no signals."""
+    moved = np.isfinite(base) & (base != baseline) & worse
+    probes: list[np.ndarray] = []
+    paths: list[np.ndarray] = []
+    for i in range(len(base)):
+        ks = np.flatnonzero(moved[i])
+        ks = ks[np.argsort(-drop[i, ks], kind="stable")]
+        for path in (ks, ks[::-1]):
+            row = base[i].copy()
+            for k in path:
+                row[k] = baseline[k]
+                probes.append(row.copy())
+        paths.append(ks)
+    if not probes:
+        return [() for _ in range(len(base))]
+    after = risk_fn(pd.DataFrame(np.vstack(probes), columns=cols))
+    out: list[tuple[str, ...]] = []
+    at = 0
+    for i, ks in enumerate(paths):
+        n = len(ks)
+        fwd = np.r_[risk[i], after[at:at + n]]
+        rev = np.r_[risk[i], after[at + n:at + 2 * n]]
+        at += 2 * n
+        credit = ((fwd[:-1] - fwd[1:]) + (rev[:-1] - rev[1:])[::-1]) / 2.0
+        best = np.argsort(-credit, kind="stable")
+        out.append(tuple(_readable(cols, base[i], baseline,
+                                   [ks[j] for j in best if credit[j] > MIN_DROP], top)))
+    return out
+
+
+def _readable(cols: list[str], row: np.ndarray, baseline: np.ndarray, ranked: list[int],
+              top: int) -> list[str]:
+    """The first ``top`` of ``ranked`` that read differently from their healthy baseline and
+    from nothing at all: a decayed trace of one XID half an hour ago moves the model, but "0.0
+    memory XIDs in 5 min" or "step time z=0.0" tells the person on call nothing."""
+    out: list[str] = []
+    for k in ranked:
+        text = describe(cols[k], row[k])
+        if _unsigned_zero(text) not in {_unsigned_zero(describe(cols[k], v))
+                                        for v in (baseline[k], 0.0)}:
+            out.append(text)
+            if len(out) == top:
+                break
+    return out
+
+
+def _unsigned_zero(text: str) -> str:
+    """``text`` with the sign of every zero dropped ("z=-0.0" reads as "z=0.0")."""
+    return re.sub(r"[-+](0(?:\.0+)?)(?![\d.])", r"\1", text)

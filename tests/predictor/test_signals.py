@@ -22,3 +22,56 @@ def test_a_column_the_fleet_does_not_export_is_never_named_as_a_signal() -> None
 def test_rows_below_the_threshold_get_no_signals() -> None:
     x = pd.DataFrame({"pcie_rate_5m": [1.0], "memtemp_dev": [0.0]})
     assert explain(_risk, x, _risk(x), np.array([0.0, 0.0]), above=0.2, top=3) == [()]
+
+
+def _either(x: pd.DataFrame) -> np.ndarray:
+    # Memory XIDs or a fast SBE rate each suffice; the third column is at its healthy baseline.
+    xid = x["xid_mem_1h"].to_numpy(dtype=np.float64) > 0
+    sbe = x["sbe_rate_1h"].to_numpy(dtype=np.float64) > 3
+    return np.where(xid | sbe, 0.9, 0.05)
+
+
+def test_two_signals_either_of_which_suffices_are_both_named_and_nothing_at_baseline() -> None:
+    x = pd.DataFrame({"xid_mem_1h": [2.0], "sbe_rate_1h": [5.0], "stale_intervals": [0.0]})
+    baseline = np.array([0.0, 0.0, 0.0])
+    [signals] = explain(_either, x, _either(x), baseline, above=0.2, top=3)
+    assert sorted(signals) == ["2.0 memory XIDs in 1 h", "ECC single-bit errors 147/h over 1h"]
+
+
+def test_a_risk_no_exported_signal_explains_names_none() -> None:
+    # The risk rests on a column the fleet does not export: no signal rather than a wrong one.
+    x = pd.DataFrame({"pcie_rate_5m": [0.0], "memtemp_dev": [np.nan]})
+    assert explain(_risk, x, _risk(x), np.array([0.0, 0.0]), above=0.2, top=3) == [()]
+
+
+def test_a_signal_that_reads_like_healthy_is_not_named() -> None:
+    # The model reacts to the decayed trace of one XID long ago (0.04 "in 5 min"), but
+    # "0.0 memory XIDs in 5 min" would tell the person on call nothing; the replays are named.
+    # Nor does a step time held a hair above its baseline ("z=0.0" against "z=-0.0").
+    def risk_fn(x: pd.DataFrame) -> np.ndarray:
+        return np.clip(0.1 * x["pcie_rate_5m"].to_numpy(dtype=np.float64)
+                       + 0.3 * (x["xid_mem_5m"].to_numpy(dtype=np.float64) > 0.01)
+                       + 0.2 * (x["step_z_held_1h"].to_numpy(dtype=np.float64) > 0.0), 0.0, 1.0)
+
+    x = pd.DataFrame({"pcie_rate_5m": [6.0], "xid_mem_5m": [0.04], "step_z_held_1h": [0.04]})
+    [signals] = explain(risk_fn, x, risk_fn(x), np.array([0.0, 0.0, -0.02]), above=0.2, top=3)
+    assert signals == ("PCIe replays 402/h over 5m",)
+
+
+def test_a_feature_on_its_good_side_is_not_named() -> None:
+    # This model leans on a fresh sample (0 intervals stale is riskier than its baseline of 1)
+    # and on a faster SM clock; neither is a reason to drain a node, the SBE rate is.
+    def risk_fn(x: pd.DataFrame) -> np.ndarray:
+        sbe = x["sbe_rate_1h"].to_numpy(dtype=np.float64)
+        fresh = x["stale_intervals"].to_numpy(dtype=np.float64) < 0.5
+        fast = x["clock_dev"].to_numpy(dtype=np.float64) > 0.03
+        return np.clip(0.1 * sbe + 0.2 * fresh + 0.2 * fast, 0.0, 1.0)
+
+    x = pd.DataFrame({"sbe_rate_1h": [5.0], "stale_intervals": [0.0], "clock_dev": [0.05]})
+    baseline = np.array([0.0, 1.0, 0.0])
+    [named] = explain(risk_fn, x, risk_fn(x), baseline, above=0.2, top=3,
+                      direction=np.array([1.0, 0.0, -1.0]))
+    assert named == ("ECC single-bit errors 147/h over 1h",)
+    [unguided] = explain(risk_fn, x, risk_fn(x), baseline, above=0.2, top=3)
+    # Without directions the faster clock would be named too.
+    assert unguided == ("ECC single-bit errors 147/h over 1h", "SM clock +5% vs node peers")
