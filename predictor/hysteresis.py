@@ -128,9 +128,12 @@ class AlertPolicy:
                     out.append(_transition("resolve", t, node, {**st.firing, "risk": risk}))
                     self.nodes[node] = _NodeState()
                     continue
+            # A risk too low to explain (or explained by nothing readable) leaves the alert
+            # with the signals that last drove it, not with none while it is still open.
+            if row["signals"]:
+                st.firing["signals"] = row["signals"]
             out.append(_transition("update", t, node, {**st.firing, "risk": risk,
-                                                       "lead_s": row["lead_s"],
-                                                       "signals": row["signals"]}))
+                                                       "lead_s": row["lead_s"]}))
         for node, st in list(self.nodes.items()):
             if node not in top and st.firing is not None:
                 # The node stopped reporting (failed, drained or gone): nothing left to warn of.

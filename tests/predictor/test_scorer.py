@@ -105,3 +105,20 @@ def test_a_weak_risk_that_never_lets_go_fires_after_an_hour() -> None:
     assert fired_dipped == []
     off = AlertPolicy(config=PolicyConfig(slow_at=None))
     assert not any(off.step(_frame([("a", 0, 0.3)]), T0 + 300 * i) for i in range(30))
+
+
+def test_an_open_alert_keeps_the_signals_that_last_drove_it() -> None:
+    # Risks under the explain threshold come with no signals; the alert, still open on its
+    # hysteresis, must not go out to on-call as "top signals: none".
+    policy = AlertPolicy(config=PolicyConfig(fire_at=0.5, fire_now_at=0.9, persist_s=600,
+                                             resolve_below=0.1, resolve_after_s=900))
+    frames = [(0.95, ("ECC single-bit errors 900/h over 5m",)),
+              (0.7, ("ECC single-bit errors 400/h over 1h",)), (0.15, ()), (0.12, ())]
+    seen = []
+    for i, (risk, signals) in enumerate(frames):
+        frame = _frame([("n1", 0, risk)]).assign(signals=[signals])
+        seen += [(tr.action, tr.signals) for tr in policy.step(frame, T0 + 300 * i)]
+    assert seen == [("fire", ("ECC single-bit errors 900/h over 5m",)),
+                    ("update", ("ECC single-bit errors 400/h over 1h",)),
+                    ("update", ("ECC single-bit errors 400/h over 1h",)),
+                    ("update", ("ECC single-bit errors 400/h over 1h",))]
