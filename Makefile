@@ -2,6 +2,7 @@
 # Both install into .venv on first use (torch from the CPU wheel, never a CUDA build).
 VENV ?= .venv
 # Parallel test processes (pytest-xdist): two suit a two-core machine; 0 runs them in one process.
+# Tests marked `serial` (a prediction racing an injected failure in real time) run alone after.
 TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -24,7 +25,8 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -n $(TEST_WORKERS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) -m "not serial"
+	$(VENV)/bin/pytest -m serial
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
