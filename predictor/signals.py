@@ -114,8 +114,8 @@ def explain(risk_fn: Callable[[pd.DataFrame], np.ndarray], x: pd.DataFrame, risk
     j = np.tile(np.arange(nf), len(rows))
     probe[np.arange(len(probe)), j] = baseline[j]
     drop = risk[rows][:, None] - risk_fn(pd.DataFrame(probe, columns=cols)).reshape(len(rows), nf)
-    # A value the fleet does not export (NaN) is not a signal behind the flag, whatever the
-    # model makes of its absence.
+    # A value the fleet does not export (NaN), or one on its good side, is not a signal behind
+    # the flag, whatever the model makes of it.
     drop[np.isnan(base) | ~worse] = -np.inf
     alone: list[int] = []
     for i, r in enumerate(rows):
@@ -127,8 +127,8 @@ def explain(risk_fn: Callable[[pd.DataFrame], np.ndarray], x: pd.DataFrame, risk
         else:
             alone.append(i)
     if alone:
-        # No one feature lowers the risk on its own: each of several would raise it alone.
-        # Set them back together instead (see ``_jointly``).
+        # No readable feature lowers the risk on its own (several each suffice, or those that
+        # do read like healthy): set them back together instead (see ``_jointly``).
         for i, joint in zip(alone, _jointly(risk_fn, cols, base[alone], risk[rows[alone]],
                                              baseline, drop[alone], worse[alone], top=top),
                             strict=True):
