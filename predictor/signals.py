@@ -105,6 +105,8 @@ def explain(risk_fn: Callable[[pd.DataFrame], np.ndarray], x: pd.DataFrame, risk
         return out
     cols = list(x.columns)
     base = x.to_numpy(dtype=np.float64)[rows]
+    # A value the fleet does not export (NaN), or one on its good side, is not a signal behind
+    # the flag, whatever the model makes of it (NaN compares False, so it is never worse).
     if direction is None:
         worse = np.isfinite(base)
     else:
@@ -114,9 +116,7 @@ def explain(risk_fn: Callable[[pd.DataFrame], np.ndarray], x: pd.DataFrame, risk
     j = np.tile(np.arange(nf), len(rows))
     probe[np.arange(len(probe)), j] = baseline[j]
     drop = risk[rows][:, None] - risk_fn(pd.DataFrame(probe, columns=cols)).reshape(len(rows), nf)
-    # A value the fleet does not export (NaN), or one on its good side, is not a signal behind
-    # the flag, whatever the model makes of it.
-    drop[np.isnan(base) | ~worse] = -np.inf
+    drop[~worse] = -np.inf
     alone: list[int] = []
     for i, r in enumerate(rows):
         order = np.argsort(-drop[i])
