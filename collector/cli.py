@@ -28,7 +28,7 @@ def export_trace(
     from collector.fleet_trace import write_trace
     from collector.store import Store
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     if start is not None and end is not None and end < start:
         raise typer.BadParameter(f"--to {end} is before --from {start}", param_hint="--to")
     store = Store.open(db)
@@ -57,11 +57,11 @@ def import_trace(
     from collector.metrics import GPU_COLUMNS
     from collector.store import Store
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         trace = read_trace(trace_dir)
     except TraceFormatError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
     job = job or str(trace.meta.extra.get("job") or trace_dir.resolve().name)
     total = int(trace.gpu[[c for c in trace.gpu.columns if c in GPU_COLUMNS

@@ -94,7 +94,7 @@ def generate_trace_cmd(
 
     from predictor.generator import generate, write_generated
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     share = dict(GeneratorConfig().precursor_share)
     share.update(_weights("--precursor-share", precursor_share) or {})
     kwargs: dict[str, object] = {
@@ -144,7 +144,7 @@ def evaluate_cmd(
     try:
         report = evaluate(trace_dir, read_alerts(alerts), source=str(alerts))
     except (TraceFormatError, AlertsFormatError) as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
     if json_:
         typer.echo(report.to_json())

@@ -31,7 +31,7 @@ def fit(
     from predictor.model import FitConfig
     from predictor.training import fit_traces
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         labels = LabelConfig(horizon_s=horizon_h * 3600, keep_healthy=keep_healthy, every_s=every)
         with console.status("replaying traces") as status:
@@ -92,7 +92,7 @@ def backtest(
     from predictor.model import ModelFormatError
     from predictor.scorer import load_model
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         data = read_trace(trace)
         scorer_model = load_model(model)

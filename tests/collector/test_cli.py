@@ -37,10 +37,14 @@ def test_import_then_export_round_trips_a_fleet_trace(store_url: str, tmp_path: 
 
 
 def test_import_of_a_broken_trace_names_the_file(sqlite_url: str, tmp_path: Path) -> None:
-    (tmp_path / "meta.json").write_text("{}")
-    done = CliRunner().invoke(_app(), ["import", str(tmp_path), "--db", sqlite_url])
+    # A long path must come out whole: a terminal-width line break inside it once split
+    # "meta.json" in two, and a user could not paste the path back.
+    trace_dir = tmp_path / ("fleet-trace-from-a-deep-directory-" * 3)
+    trace_dir.mkdir()
+    (trace_dir / "meta.json").write_text("{}")
+    done = CliRunner().invoke(_app(), ["import", str(trace_dir), "--db", sqlite_url])
     assert done.exit_code == 2
-    assert "meta.json" in done.output and "format" in done.output
+    assert str(trace_dir / "meta.json") in done.output and "format" in done.output
 
 
 def test_export_rejects_an_inverted_range(sqlite_url: str, tmp_path: Path) -> None:
