@@ -1,4 +1,4 @@
-"""``foreshock model fit`` and ``foreshock backtest``."""
+"""``foreshock model fit|average|info`` and ``foreshock backtest``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,27 @@ def fit(
     console.print(f"wrote {out} (model {model.version}; kinds {', '.join(model.kinds)})")
 
 
+@model_app.command("average")
+def average(
+    models: Annotated[list[Path], typer.Argument(
+        help="Two or more skops model files fitted with the same features and horizon (say, "
+             "on different fleets or with different --seed).")],
+    out: Annotated[Path, typer.Option(help="Where to write the averaged skops model file.")],
+) -> None:
+    """Combine models into one whose risk is the mean of theirs.
+
+    Members fitted on different fleets each raise some false alarms of their own; the average
+    keeps what they agree on. The shipped default model averages three."""
+    from predictor.model import ModelFormatError, RiskModel
+
+    try:
+        combined = RiskModel.average([RiskModel.load(m) for m in models])
+    except (ModelFormatError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    combined.save(out)
+    typer.echo(f"wrote {out} (model {combined.version}; {len(models)} members)")
+
+
 @model_app.command("info")
 def info(model: Annotated[Path, typer.Argument(help="A skops model file.")]) -> None:
     """Print a model's version, horizon and features."""
@@ -54,7 +75,8 @@ def info(model: Annotated[Path, typer.Argument(help="A skops model file.")]) -> 
         raise typer.BadParameter(str(exc)) from exc
     typer.echo(f"version {m.version}; horizon {m.horizon_s / 3600:g} h")
     for kind, km in m.kinds.items():
-        typer.echo(f"{kind}: {len(km.features)} features: {', '.join(km.features)}")
+        averaged = f", average of {len(km.estimators)}" if len(km.estimators) > 1 else ""
+        typer.echo(f"{kind}: {len(km.features)} features{averaged}: {', '.join(km.features)}")
 
 
 def backtest(

@@ -24,7 +24,9 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from predictor.feature_frames import FEATURES_BY_KIND
 from predictor.signals import explain
 
-FORMAT = "foreshock-model/1"
+FORMAT = "foreshock-model/2"
+READABLE_FORMATS = ("foreshock-model/1", FORMAT)
+"""/1 held one classifier per kind; /2 holds one or more (an average), and reads /1 files."""
 LEAD_EDGES = np.array([0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0001])
 DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "default.skops"
 
@@ -35,23 +37,33 @@ class ModelFormatError(ValueError):
 
 @dataclass(kw_only=True)
 class KindModel:
-    """The classifier of one entity kind and what it needs at scoring time."""
+    """The classifier(s) of one entity kind and what they need at scoring time. Several
+    classifiers (members fitted on different fleets) are averaged: risk is the mean of their
+    prior-corrected probabilities."""
 
-    estimator: object
+    estimators: list[object]
     features: list[str]
     baseline: np.ndarray
     """Healthy medians of each feature: the reference for top-signal attribution."""
     lead_s: np.ndarray
     """Median time to failure of positive training rows per risk bin (``LEAD_EDGES``)."""
-    keep_healthy: float
-    """Share of healthy rows the classifier was fitted on: the prior correction undoes it."""
+    keep_healthy: list[float]
+    """Share of healthy rows each classifier was fitted on: the prior correction undoes it."""
+
+    def __post_init__(self) -> None:
+        if not self.estimators or len(self.estimators) != len(self.keep_healthy):
+            raise ValueError(f"{len(self.estimators)} estimators for "
+                             f"{len(self.keep_healthy)} keep_healthy shares")
 
     def risk(self, x: pd.DataFrame) -> np.ndarray:
         if not len(x):
             return np.zeros(0)
         arr = x.reindex(columns=self.features).to_numpy(dtype=np.float64)
-        p = np.asarray(self.estimator.predict_proba(arr)[:, 1])  # type: ignore[attr-defined]
-        return prior_corrected(p, self.keep_healthy)
+        total = np.zeros(len(arr))
+        for estimator, keep in zip(self.estimators, self.keep_healthy, strict=True):
+            p = np.asarray(estimator.predict_proba(arr)[:, 1])  # type: ignore[attr-defined]
+            total += prior_corrected(p, keep)
+        return total / len(self.estimators)
 
     def lead(self, risk: np.ndarray) -> np.ndarray:
         idx = np.clip(np.searchsorted(LEAD_EDGES, risk, side="right") - 1, 0, len(self.lead_s) - 1)
@@ -91,9 +103,9 @@ class RiskModel:
         path.parent.mkdir(parents=True, exist_ok=True)
         blob = {
             "format": FORMAT, "version": self.version, "horizon_s": self.horizon_s,
-            "kinds": {k: {"estimator": m.estimator, "features": list(m.features),
+            "kinds": {k: {"estimators": list(m.estimators), "features": list(m.features),
                           "baseline": m.baseline.tolist(), "lead_s": m.lead_s.tolist(),
-                          "keep_healthy": m.keep_healthy}
+                          "keep_healthy": list(m.keep_healthy)}
                       for k, m in self.kinds.items()},
         }
         sio.dump(blob, path, compression=zipfile.ZIP_DEFLATED, compresslevel=9)
@@ -110,14 +122,48 @@ class RiskModel:
             blob = sio.load(path, trusted=trusted)
         except Exception as exc:  # skops raises many kinds on a corrupt or foreign file
             raise ModelFormatError(f"{path}: not a readable skops model ({exc})") from exc
-        if not isinstance(blob, dict) or blob.get("format") != FORMAT:
-            raise ModelFormatError(f"{path}: not a Foreshock model (expected format {FORMAT})")
-        kinds = {k: KindModel(estimator=v["estimator"], features=list(v["features"]),
-                              baseline=np.asarray(v["baseline"], dtype=np.float64),
-                              lead_s=np.asarray(v["lead_s"], dtype=np.float64),
-                              keep_healthy=float(v["keep_healthy"]))
-                 for k, v in blob["kinds"].items()}
+        if not isinstance(blob, dict) or blob.get("format") not in READABLE_FORMATS:
+            raise ModelFormatError(f"{path}: not a Foreshock model (expected format "
+                                   f"{' or '.join(READABLE_FORMATS)})")
+        kinds = {}
+        for k, v in blob["kinds"].items():
+            single = "estimator" in v  # foreshock-model/1
+            kinds[k] = KindModel(
+                estimators=[v["estimator"]] if single else list(v["estimators"]),
+                features=list(v["features"]),
+                baseline=np.asarray(v["baseline"], dtype=np.float64),
+                lead_s=np.asarray(v["lead_s"], dtype=np.float64),
+                keep_healthy=[float(v["keep_healthy"])] if single else
+                [float(h) for h in v["keep_healthy"]])
         return cls(version=str(blob["version"]), kinds=kinds, horizon_s=float(blob["horizon_s"]))
+
+    @classmethod
+    def average(cls, models: list[RiskModel]) -> RiskModel:
+        """One model whose risk is the mean of ``models``' risks (members fitted on different
+        fleets, same features and horizon). Its healthy baseline is the members' median, its
+        lead table their mean; its version names the members."""
+        if len(models) < 2:
+            raise ValueError(f"averaging needs two models or more, got {len(models)}")
+        first = models[0]
+        for m in models[1:]:
+            if m.horizon_s != first.horizon_s or set(m.kinds) != set(first.kinds):
+                raise ValueError(f"model {m.version} (horizon {m.horizon_s:.0f} s, kinds "
+                                 f"{sorted(m.kinds)}) cannot be averaged with {first.version} "
+                                 f"(horizon {first.horizon_s:.0f} s, kinds {sorted(first.kinds)})")
+            for k, km in m.kinds.items():
+                if km.features != first.kinds[k].features:
+                    raise ValueError(f"model {m.version} scores {k} on other features than "
+                                     f"{first.version}: refit both with this Foreshock")
+        kinds = {k: KindModel(
+            estimators=[e for m in models for e in m.kinds[k].estimators],
+            features=list(km.features),
+            baseline=np.median([m.kinds[k].baseline for m in models], axis=0),
+            lead_s=np.mean([m.kinds[k].lead_s for m in models], axis=0),
+            keep_healthy=[h for m in models for h in m.kinds[k].keep_healthy])
+            for k, km in first.kinds.items()}
+        return cls(version=version_of(kinds, horizon_s=first.horizon_s,
+                                      sources=[m.version for m in models]),
+                   kinds=kinds, horizon_s=first.horizon_s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,15 +220,17 @@ def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
             lead[i] = float(np.median(ttf_s[sel]))
     fill = float(np.nanmedian(ttf_s[y == 1])) if (y == 1).any() else 3600.0
     lead = pd.Series(lead).ffill().bfill().fillna(fill).to_numpy()
-    return KindModel(estimator=clf, features=features, baseline=baseline, lead_s=lead,
-                     keep_healthy=keep_healthy)
+    return KindModel(estimators=[clf], features=features, baseline=baseline, lead_s=lead,
+                     keep_healthy=[keep_healthy])
 
 
 def version_of(kinds: dict[str, KindModel], *, horizon_s: float, sources: list[str]) -> str:
-    """``hgb-<sklearn version>-<hash of sources and shapes>``: changes when the fit changes."""
+    """``hgb-<sklearn version>-<hash of sources and shapes>``, with ``-avg<n>`` for an average
+    of n classifiers per kind: changes when the fit changes."""
+    members = max(len(m.estimators) for m in kinds.values())
     digest = hashlib.sha256(json.dumps(
         {"sources": sources, "horizon": horizon_s,
          "features": {k: m.features for k, m in kinds.items()},
          "lead": {k: m.lead_s.round(1).tolist() for k, m in kinds.items()}},
         sort_keys=True).encode()).hexdigest()[:10]
-    return f"hgb-{sklearn.__version__}-{digest}"
+    return f"hgb-{sklearn.__version__}-{digest}" + (f"-avg{members}" if members > 1 else "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -149,13 +150,17 @@ def make_trace(spec: Spec) -> FleetTrace:
                       failures=fl)
 
 
+def tiny_traces(seeds: Iterable[int] = range(4)) -> list[FleetTrace]:
+    """Small hand-built fleets, each with a benign SBE GPU and one GPU's ECC ramp to failure."""
+    return [make_trace(Spec(seed=s, nodes=4, gpus=4, hours=6, benign_sbe=("n000", 1),
+                            ecc_ramp=(f"n00{1 + s % 3}", s % 4, 2.5 + 0.5 * (s % 2), 5.5)))
+            for s in seeds]
+
+
 @pytest.fixture(scope="session")
 def tiny_model() -> RiskModel:
     """A small model fitted on hand-built traces (the shipped one is fitted offline)."""
-    traces = [make_trace(Spec(seed=s, nodes=4, gpus=4, hours=6, benign_sbe=("n000", 1),
-                              ecc_ramp=(f"n00{1 + s % 3}", s % 4, 2.5 + 0.5 * (s % 2), 5.5)))
-              for s in range(4)]
-    return fit_traces(traces, config=FitConfig(max_iter=40, min_samples_leaf=5))
+    return fit_traces(tiny_traces(), config=FitConfig(max_iter=40, min_samples_leaf=5))
 
 
 @pytest.fixture(scope="session")

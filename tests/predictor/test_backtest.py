@@ -82,18 +82,32 @@ def test_cli_backtest_fire_at_trades_lead_for_fewer_alerts(tmp_path: Path, cli: 
     assert res.exit_code != 0 and "--fire-at" in res.output
 
 
-def test_cli_model_fit_then_backtest_with_it(tmp_path: Path, cli: typer.Typer) -> None:
+def test_cli_model_fit_average_then_backtest_with_it(tmp_path: Path, cli: typer.Typer) -> None:
     dirs = []
     for s in range(3):
         root = tmp_path / f"t{s}"
         write_trace(root, make_trace(Spec(seed=s, hours=6, ecc_ramp=("n001", s, 3.0, 5.5))))
         dirs.append(str(root))
-    model = tmp_path / "m.skops"
-    res = CliRunner().invoke(cli, ["model", "fit", *dirs, "--out", str(model)])
+    models = [tmp_path / "m0.skops", tmp_path / "m1.skops"]
+    for seed, model in enumerate(models):
+        res = CliRunner().invoke(cli, ["model", "fit", *dirs, "--out", str(model),
+                                       "--seed", str(seed)])
+        assert res.exit_code == 0, res.output
+    both = tmp_path / "both.skops"
+    res = CliRunner().invoke(cli, ["model", "average", *map(str, models), "--out", str(both)])
     assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, ["model", "info", str(both)])
+    assert res.exit_code == 0 and "gpu: " in res.output and "average of 2" in res.output
     res = CliRunner().invoke(cli, ["backtest", dirs[0], "--alerts-out",
-                                   str(tmp_path / "a.csv"), "--model", str(model)])
+                                   str(tmp_path / "a.csv"), "--model", str(both)])
     assert res.exit_code == 0, res.output
+    assert len(pd.read_csv(tmp_path / "a.csv")) > 0  # the ramp of n001 is flagged
+    # One model is not an average, and a model that cannot be read is named.
+    res = CliRunner().invoke(cli, ["model", "average", str(models[0]), "--out", str(both)])
+    assert res.exit_code != 0 and "two models or more" in res.output
+    res = CliRunner().invoke(cli, ["model", "average", str(models[0]), dirs[1], "--out",
+                                   str(both)])
+    assert res.exit_code != 0 and "t1" in res.output
 
 
 def test_cli_refuses_a_broken_trace_naming_file_and_column(tmp_path: Path,

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
+import skops.io as sio
 
 from predictor.features import FeatureEngine
 from predictor.hysteresis import PolicyConfig
-from predictor.model import DEFAULT_MODEL_PATH, ModelFormatError, RiskModel
+from predictor.model import DEFAULT_MODEL_PATH, FitConfig, ModelFormatError, RiskModel
 from predictor.scorer import Scorer
-from tests.predictor.conftest import T0, Spec, make_trace
+from predictor.training import fit_traces
+from tests.predictor.conftest import T0, Spec, make_trace, tiny_traces
 
 
 def _gpu_risk(model, spec: Spec, hours: float):
@@ -38,6 +41,47 @@ def test_skops_round_trip_keeps_predictions_and_version(tiny_model: RiskModel,
     assert loaded.version == tiny_model.version and loaded.version.startswith("hgb-")
     spec = Spec(seed=3, ecc_ramp=("n001", 0, 2.0, 5.0))
     np.testing.assert_allclose(_gpu_risk(loaded, spec, 4.0)["risk"],
+                               _gpu_risk(tiny_model, spec, 4.0)["risk"])
+
+
+def test_an_average_scores_the_mean_of_its_members_and_survives_a_round_trip(
+        tiny_model: RiskModel, tmp_path: Path) -> None:
+    other = fit_traces(tiny_traces(range(4, 8)), config=FitConfig(
+        max_iter=40, min_samples_leaf=5, seed=1))
+    both = RiskModel.average([tiny_model, other])
+    assert both.version.endswith("-avg2") and both.version not in (tiny_model.version,
+                                                                   other.version)
+    spec = Spec(seed=3, ecc_ramp=("n001", 0, 2.0, 5.0))
+    mean = (_gpu_risk(tiny_model, spec, 4.0)["risk"] + _gpu_risk(other, spec, 4.0)["risk"]) / 2
+    np.testing.assert_allclose(_gpu_risk(both, spec, 4.0)["risk"], mean)
+    both.save(tmp_path / "both.skops")
+    loaded = RiskModel.load(tmp_path / "both.skops")
+    assert loaded.version == both.version
+    np.testing.assert_allclose(_gpu_risk(loaded, spec, 4.0)["risk"], mean)
+
+
+def test_averaging_refuses_models_of_other_horizons_or_features(tiny_model: RiskModel) -> None:
+    longer = dataclasses.replace(tiny_model, horizon_s=2 * tiny_model.horizon_s)
+    with pytest.raises(ValueError, match="horizon"):
+        RiskModel.average([tiny_model, longer])
+    fewer = dataclasses.replace(tiny_model, kinds={
+        k: dataclasses.replace(m, features=m.features[:-1]) for k, m in tiny_model.kinds.items()})
+    with pytest.raises(ValueError, match="other features"):
+        RiskModel.average([tiny_model, fewer])
+
+
+def test_a_model_file_of_the_first_format_still_loads(tiny_model: RiskModel,
+                                                      tmp_path: Path) -> None:
+    # foreshock-model/1 held one estimator per kind; files users fitted then keep working.
+    path = tmp_path / "v1.skops"
+    sio.dump({"format": "foreshock-model/1", "version": tiny_model.version,
+              "horizon_s": tiny_model.horizon_s,
+              "kinds": {k: {"estimator": m.estimators[0], "features": m.features,
+                            "baseline": m.baseline.tolist(), "lead_s": m.lead_s.tolist(),
+                            "keep_healthy": m.keep_healthy[0]}
+                        for k, m in tiny_model.kinds.items()}}, path)
+    spec = Spec(seed=3, ecc_ramp=("n001", 0, 2.0, 5.0))
+    np.testing.assert_allclose(_gpu_risk(RiskModel.load(path), spec, 4.0)["risk"],
                                _gpu_risk(tiny_model, spec, 4.0)["risk"])
 
 
