@@ -20,6 +20,7 @@ import sklearn
 import skops.io as sio
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.model_selection import StratifiedKFold
 
 from predictor.feature_frames import FEATURES_BY_KIND
 from predictor.signals import explain
@@ -198,15 +199,19 @@ def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
     if y.sum() < 3 or (y == 0).sum() < 3:
         return None
     arr = np.array(x[features].to_numpy(dtype=np.float64))
-    # A column no training trace had (say HBM temperature) would break binning if all NaN.
+    cv = int(min(3, y.sum()))
+    # A column no training trace had (say HBM temperature) would break binning if all NaN; so
+    # would one that only a few traces have, in the training rows of a calibration fold (the
+    # folds are CalibratedClassifierCV's own: StratifiedKFold, unshuffled). Neither can teach.
     arr[:, np.isnan(arr).all(axis=0)] = 0.0
+    for train, _ in StratifiedKFold(cv).split(arr, y):
+        arr[:, np.isnan(arr[train]).all(axis=0)] = 0.0
     base = HistGradientBoostingClassifier(
         max_iter=config.max_iter, learning_rate=config.learning_rate,
         max_leaf_nodes=config.max_leaf_nodes, min_samples_leaf=config.min_samples_leaf,
         l2_regularization=1.0, monotonic_cst=[FEATURES_BY_KIND[kind][f] for f in features],
         random_state=config.seed,
     )
-    cv = int(min(3, y.sum()))
     clf = CalibratedClassifierCV(base, method="sigmoid", cv=cv, ensemble=False)
     clf.fit(arr, y)
     healthy = arr[y == 0]
