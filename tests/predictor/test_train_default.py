@@ -1,6 +1,7 @@
 import numpy as np
 
 from predictor.train_default import (
+    MEMBERS,
     OPTIONAL_GPU_COLUMNS,
     drop_optional_columns,
     slow_configs,
@@ -36,3 +37,13 @@ def test_training_covers_slow_exporters_on_seeds_of_their_own() -> None:
     seeds = [c.seed for c in ordinary + slow]
     assert len(set(seeds)) == len(seeds)
     assert all(1000 <= s <= 1999 for s in seeds)
+
+
+def test_each_member_of_the_default_model_trains_on_fleets_of_its_own() -> None:
+    # Averaging only removes one member's quirks if the members saw different fleets.
+    fleets = [training_configs(30, seed=m.draw, seed_base=m.seed_base) for m in MEMBERS]
+    seeds = [c.seed for configs in fleets for c in configs] + [c.seed for c in slow_configs(8)]
+    assert len(MEMBERS) > 1 and len(set(seeds)) == len(seeds)
+    assert all(1000 <= s <= 1999 for s in seeds)
+    # ...drawn apart: not the same fleet parameters under other seeds.
+    assert len({(c.nodes, c.interval_s, c.noise) for configs in fleets for c in configs}) == 90
