@@ -8,7 +8,8 @@ noise, confounder rates), so that the model learns the signatures rather than on
 setting. ``--members 3 --jobs 3`` trains two more models the same way on fleets of their own
 (``MEMBERS``) and averages the three (``RiskModel.average``; measured, not shipped: see
 predictor/README.md). Seeds 1000-1999 are training seeds; evaluations use other seeds.
-Deterministic: the same command gives the same model (and version string), with any ``--jobs``.
+Deterministic: the same command with the same library versions gives the same model (and
+version string), with any ``--jobs``.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def slow_configs(count: int) -> list[GeneratorConfig]:
 
 @dataclasses.dataclass(frozen=True)
 class Member:
-    """One member of the default model: which 30 fleets it trains on and its fit seed."""
+    """One member of an averaged model: which fleets it trains on and its fit seed."""
 
     draw: int
     """Seed of the per-fleet parameter draw (``training_configs(seed=...)``)."""
