@@ -200,10 +200,10 @@ def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
         return None
     arr = np.array(x[features].to_numpy(dtype=np.float64))
     cv = int(min(3, y.sum()))
-    # A column no training trace had (say HBM temperature) would break binning if all NaN; so
-    # would one that only a few traces have, in the training rows of a calibration fold (the
-    # folds are CalibratedClassifierCV's own: StratifiedKFold, unshuffled). Neither can teach.
-    arr[:, np.isnan(arr).all(axis=0)] = 0.0
+    # A column all NaN in the training rows of a calibration fold breaks binning: one no
+    # training trace had (say HBM temperature, NaN in every fold) or one only a few traces have
+    # (the folds are CalibratedClassifierCV's own: StratifiedKFold, unshuffled). Neither can
+    # teach; zero it.
     for train, _ in StratifiedKFold(cv).split(arr, y):
         arr[:, np.isnan(arr[train]).all(axis=0)] = 0.0
     base = HistGradientBoostingClassifier(
