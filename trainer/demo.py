@@ -28,6 +28,7 @@ import httpx
 from sqlalchemy import text
 
 from collector.store import create_store_engine
+from predictor.hysteresis import PolicyConfig
 from trainer.demo_report import Mark, Summary, alert_detail, figures
 from trainer.drain import read_events
 from trainer.elastic import ElasticCluster, ElasticConfig, free_port
@@ -58,6 +59,11 @@ class DemoConfig:
     tail_s: float = 15.0
     """Training goes on this long past the failure moment."""
     score_interval_s: float = 2.0
+    alert_persist_s: float = 6.0
+    """How long the service's risk must hold at or above the alert threshold before it fires.
+    The demo compresses a degradation of hours into a minute, so it compresses the service's
+    15-minute persistence too; without it only the fire-at-once lane (risk >= 0.9) could flag
+    the node in time, and a ramp that peaks near 0.9 would race the failure."""
     timeout_s: float = 175.0
     keep_dir: Path | None = None
     """Keep the run's store, logs and checkpoints here instead of deleting them."""
@@ -65,6 +71,8 @@ class DemoConfig:
     def __post_init__(self) -> None:
         if self.nodes < 2:
             raise ValueError(f"demo.nodes={self.nodes} must be >= 2 (one is drained)")
+        if self.alert_persist_s < 0:
+            raise ValueError(f"demo.alert_persist_s={self.alert_persist_s} must be >= 0")
         if not 0 < self.develop_s < self.fail_after_s:
             raise ValueError(f"demo.develop_s={self.develop_s} must be in (0, fail_after_s)")
         if self.kind not in KINDS:
@@ -119,7 +127,9 @@ class Demo:
         check.start()
         try:
             url, service = self._start_service(work, receiver.url, secret)
-            self.mark("service", "service up", f"{url}, SQLite store in a temporary directory")
+            self.mark("service", "service up", f"{url}, SQLite store in a temporary directory; "
+                      f"alerts need the risk held {c.alert_persist_s:g} s (time-compressed "
+                      f"from {PolicyConfig().persist_s / 60:g} min)")
             check.join()
             for item in summary.missing:
                 self.mark(item, "missing", item)
@@ -161,6 +171,7 @@ class Demo:
         env = {**os.environ, "FORESHOCK_SCORE_INTERVAL_S": str(self.config.score_interval_s),
                "FORESHOCK_ADMIN_TOKEN": ADMIN_TOKEN, "FORESHOCK_WEBHOOKS_FILE": str(hooks),
                "FORESHOCK_DRAIN_MIN_NODES": str(self.config.nodes - 1),
+               "FORESHOCK_ALERT_PERSIST_S": str(self.config.alert_persist_s),
                "FORESHOCK_EXTERNAL_URL": f"http://127.0.0.1:{port}"}
         log = (work / "serve.log").open("wb")
         proc = subprocess.Popen([sys.executable, "-m", "api", "serve", "--db", self.db_url,
