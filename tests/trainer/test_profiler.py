@@ -28,9 +28,12 @@ def test_profiled_step_is_summarized_off_the_training_thread() -> None:
         original(p)
 
     prof._summarize = spy  # type: ignore[method-assign]
-    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    # Tens of milliseconds of matmul against microseconds of relu: wall-clock op times, so the
+    # margin must outlast the scheduler's slice on a loaded machine (256x256 x20, ~6 ms, once
+    # lost to a relu preempted while another job held both cores).
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
     prof.start()
-    for _ in range(20):
+    for _ in range(30):
         a @ b
     torch.relu(a)
     prof.stop()
