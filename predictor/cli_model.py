@@ -53,8 +53,8 @@ def average(
     """Combine models into one whose risk is the mean of theirs.
 
     Members fitted on different fleets each raise some false alarms of their own; the average
-    keeps what they agree on (``python -m predictor.train_default --members 3`` trains three;
-    predictor/README.md has what the average did and why it is not the default)."""
+    keeps what they agree on. The shipped model is such an average of three
+    (``python -m predictor.train_default``; predictor/README.md has what averaging did)."""
     from predictor.model import ModelFormatError, RiskModel
 
     try:

@@ -13,6 +13,7 @@ from predictor.features import FeatureEngine
 from predictor.hysteresis import PolicyConfig
 from predictor.model import DEFAULT_MODEL_PATH, FitConfig, ModelFormatError, RiskModel
 from predictor.scorer import Scorer
+from predictor.train_default import MEMBERS
 from predictor.training import fit_traces
 from tests.predictor.conftest import T0, Spec, make_trace, tiny_traces
 
@@ -98,6 +99,8 @@ def test_shipped_model_is_small_and_loads() -> None:
     assert DEFAULT_MODEL_PATH.stat().st_size < 5_000_000
     model = RiskModel.load()
     assert set(model.kinds) >= {"gpu", "node"}
+    # The average of train_default's members, each kind scored by all of them.
+    assert all(len(km.estimators) == len(MEMBERS) for km in model.kinds.values())
 
 
 @pytest.mark.parametrize(("spec", "at_least"), [
