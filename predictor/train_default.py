@@ -165,7 +165,7 @@ def main() -> None:
                         "1: its first member alone, a third of the work)")
     p.add_argument("--jobs", type=int, default=len(MEMBERS),
                    help="members trained at once, one process each (default 3; 1 trains them "
-                        "one after the other with a third of the memory)")
+                        "one after the other)")
     a = p.parse_args()
     t0 = time.time()
     train = functools.partial(train_member, traces=a.traces, slow=a.slow_traces, every_s=a.every)

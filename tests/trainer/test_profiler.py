@@ -30,7 +30,7 @@ def test_profiled_step_is_summarized_off_the_training_thread() -> None:
     prof._summarize = spy  # type: ignore[method-assign]
     # Tens of milliseconds of matmul against microseconds of relu: wall-clock op times, so the
     # margin must outlast the scheduler's slice on a loaded machine (256x256 x20, ~6 ms, once
-    # lost to a relu preempted while another job held both cores).
+    # lost to a relu preempted while a benchmark shared the two cores with the tests).
     a, b = torch.randn(512, 512), torch.randn(512, 512)
     prof.start()
     for _ in range(30):
