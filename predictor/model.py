@@ -199,12 +199,12 @@ def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
     if y.sum() < 3 or (y == 0).sum() < 3:
         return None
     arr = np.array(x[features].to_numpy(dtype=np.float64))
-    cv = int(min(3, y.sum()))
-    # A column all NaN in the training rows of a calibration fold breaks binning: one no
-    # training trace had (say HBM temperature, NaN in every fold) or one only a few traces have
-    # (the folds are CalibratedClassifierCV's own: StratifiedKFold, unshuffled). Neither can
-    # teach; zero it.
-    for train, _ in StratifiedKFold(cv).split(arr, y):
+    # The calibration folds (what an integer cv gives CalibratedClassifierCV: unshuffled
+    # StratifiedKFold), made once and handed to it below. A column all NaN in the training rows
+    # of one of them breaks binning: one no training trace had (say HBM temperature, NaN in every
+    # fold) or one only a few traces have. Neither can teach; zero it.
+    folds = StratifiedKFold(int(min(3, y.sum())))
+    for train, _ in folds.split(arr, y):
         arr[:, np.isnan(arr[train]).all(axis=0)] = 0.0
     base = HistGradientBoostingClassifier(
         max_iter=config.max_iter, learning_rate=config.learning_rate,
@@ -212,7 +212,7 @@ def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
         l2_regularization=1.0, monotonic_cst=[FEATURES_BY_KIND[kind][f] for f in features],
         random_state=config.seed,
     )
-    clf = CalibratedClassifierCV(base, method="sigmoid", cv=cv, ensemble=False)
+    clf = CalibratedClassifierCV(base, method="sigmoid", cv=folds, ensemble=False)
     clf.fit(arr, y)
     healthy = arr[y == 0]
     baseline = np.nan_to_num(np.nanmedian(healthy, axis=0) if len(healthy) else np.zeros(
