@@ -66,6 +66,19 @@ def test_a_growing_error_rate_rises_and_a_steady_benign_one_does_not() -> None:
     assert ramp["err_rise_1h"] > 0.5 and ramp["err_rise_5m"] > ramp["err_rise_1h"]
 
 
+def test_growth_that_lasts_the_hour_is_held_and_a_steady_rate_is_not() -> None:
+    # Two hours into a ramp the counter has stayed above its own 6-h rate for the whole hour;
+    # a GPU at a steady benign rate has not, however high that rate.
+    feats = _at(Spec(benign_sbe=("n001", 0), benign_sbe_per_h=300.0,
+                     ecc_ramp=("n002", 3, 3.0, 6.0)), 5.0)
+    benign, ramp = _gpu(feats, "n001", 0), _gpu(feats, "n002", 3)
+    assert ramp["err_rise_held_1h"] > 0.5
+    assert abs(benign["err_rise_held_1h"]) < 0.3
+    # Ten minutes into the ramp it is growing, but not for long enough to count as held.
+    early = _gpu(_at(Spec(ecc_ramp=("n002", 3, 3.0, 4.0)), 3.2), "n002", 3)
+    assert early["err_rise_5m"] > 0.5 and early["err_rise_held_1h"] < 0.1
+
+
 def test_a_node_that_starts_to_throttle_rises_and_one_that_always_did_does_not() -> None:
     feats = _at(Spec(nodes=6, power_capped=("n002", 5.0), always_capped="n001"), 5.5)
     node = feats.node.set_index("node")

@@ -10,7 +10,7 @@ def _gpu_frame(pcie: float, clock_dev: float = 0.0) -> pd.DataFrame:
     row = {"node": ["n0", "n1"], "gpu": [0, 0], "sbe_rate_5m": [0.0, 0.0],
            "pcie_rate_5m": [pcie, 0.0], "nvlink_rate_5m": [0.0, 0.0], "temp_dev": [0.0, np.nan],
            "clock_dev": [clock_dev, 0.0],
-           "throttle_thermal_5m": [0.0, 0.0]}
+           "throttle_thermal_5m": [0.0, 0.0], "err_rise_5m": [pcie / 2, 0.0]}
     return pd.DataFrame(row)
 
 
