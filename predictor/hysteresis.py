@@ -30,7 +30,7 @@ class PolicyConfig:
     fire_now_at: float = 0.85
     """Risk at or above which a node fires without waiting for persistence. 0.85 for the shipped
     average of three models, whose mean stops below a single model's top (a two-minute ECC ramp
-    at 1-s sampling: 0.88, members 0.81-0.93); predictor/README.md has the figures."""
+    at 1-s sampling: 0.89, members 0.86-0.94); predictor/README.md has the figures."""
     persist_s: float = 900.0
     """How long a candidate must stay at or above ``fire_at`` before firing."""
     slow_at: float | None = 0.25
