@@ -6,7 +6,7 @@ Trains on 30 fleets from ``predictor.generator`` whose parameters are drawn at r
 (fleet size, sampling interval from 2 s to 60 s, failure mix, precursor length and strength,
 noise, confounder rates), so that the model learns the signatures rather than one generator
 setting. The shipped model averages three members trained that way on fleets of their own
-(``MEMBERS``, ``RiskModel.average``), three processes at once by default (about 17 minutes on
+(``MEMBERS``, ``RiskModel.average``), three processes at once by default (17-23 minutes on
 two cores); ``--members 1`` trains the first alone. Seeds 1000-1999 are training seeds;
 evaluations use other seeds. Deterministic: the same command with the same library versions
 gives the same model (and version string), with any ``--jobs``.
