@@ -61,12 +61,12 @@ NODE_FEATURES: dict[str, int] = {
     "node_temp_dev": 1, "node_temp_trend_dev": 1,
     "node_throttle_power_rise": 1, "node_power_cv_rise": 1,
     "fleet_hot_frac": -1, "fleet_bw_low_frac": -1,
-    "hot_nodes_besides": -1, "slow_link_nodes_besides": -1,
+    "hot_nodes_besides": -1, "slow_link_nodes_besides": -1, "slow_lat_nodes_besides": -1,
 }
 LINK_FEATURES: dict[str, int] = {
     "bw_z": -1, "bw_trend_z": -1, "lat_z": 1, "lat_trend_z": 1,
     "node_bw_med_z": -1, "node_bw_trend_med_z": -1, "node_lat_med_z": 1, "peer_bw_med_z": 0,
-    "fleet_bw_low_frac": -1,
+    "fleet_bw_low_frac": -1, "slow_link_nodes_besides": -1, "slow_lat_nodes_besides": -1,
 }
 for _kind, _features in (("gpu", GPU_FEATURES), ("node", NODE_FEATURES), ("link", LINK_FEATURES)):
     _features.update({name: direction for name, (_, direction) in SUSTAINED[_kind].items()})
@@ -144,8 +144,15 @@ def build(engine: FeatureEngine, t: float, *, stale_s: float) -> Features:
     node["hot_nodes_besides"] = _others(node.get("node_temp_dev"), lambda d: d > 4.0, len(node))
     node["slow_link_nodes_besides"] = _others(node.get("link_bw_med_z"), lambda z: z < -3.0,
                                               len(node))
+    # Congestion may show in latency more than in bandwidth (a leaf switch that queues).
+    node["slow_lat_nodes_besides"] = _others(node.get("link_lat_med_z"), lambda z: z > 3.0,
+                                             len(node))
     if len(link):
         link["fleet_bw_low_frac"] = bw_low
+        # A link is judged by its worse endpoint: how many nodes besides that one degrade too.
+        at = node.set_index("node")
+        for name in ("slow_link_nodes_besides", "slow_lat_nodes_besides"):
+            link[name] = link["node"].map(at[name]).to_numpy(dtype=np.float64)
     node = node.reindex(columns=["node", *NODE_FEATURES])
     gpu = engine.sustained.add_to("gpu", gpu, t)
     gpu["err_held_1h"] = _nanmax(gpu[[f"{c}_held_1h" for c in RISING_COUNTERS]].to_numpy(

@@ -60,6 +60,7 @@ _LABELS = {
     "fleet_bw_low_frac": "{v:.0%} of nodes with slow links",
     "hot_nodes_besides": "{v:.0f} other nodes hot too",
     "slow_link_nodes_besides": "{v:.0f} other nodes with slow links too",
+    "slow_lat_nodes_besides": "{v:.0f} other nodes with high link latency too",
     "bw_z": "bandwidth z={v:.1f} vs all links", "bw_trend_z": "bandwidth falling z={v:.1f}",
     "lat_z": "latency z={v:.1f} vs all links", "lat_trend_z": "latency rising z={v:.1f}",
     "node_bw_med_z": "node's links bandwidth z={v:.1f}",

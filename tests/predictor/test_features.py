@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from collector.fleet_trace import FleetTrace
 from predictor.feature_frames import GPU_FEATURES, LINK_FEATURES, NODE_FEATURES
 from predictor.features import FeatureEngine
 from predictor.replay import replay
@@ -113,6 +114,53 @@ def test_straggler_and_bad_nic_stand_out_from_the_job() -> None:
     link = feats.link.set_index(["src", "dst"])
     assert link.loc[("n002", "n003"), "node"] == "n002"
 
+
+
+def _with_latency(slow: set[str], from_h: float, nodes: int = 16) -> FleetTrace:
+    """A fleet whose nodes each probe the next one and the one three ahead; from ``from_h`` on,
+    every probe from or to a node of ``slow`` takes 3x as long (and moves 20% less)."""
+    trace = make_trace(Spec(nodes=nodes, gpus=2, with_links=False))
+    rng = np.random.default_rng(3)
+    names = list(trace.meta.nodes)
+    t = np.arange(trace.meta.start, trace.meta.end, 60.0)
+    rows = []
+    for ts in t:
+        for i, src in enumerate(names):
+            for off in (1, 3):
+                dst = names[(i + off) % nodes]
+                hit = ts >= trace.meta.start + from_h * 3600 and bool({src, dst} & slow)
+                rows.append((ts + 1.0, src, dst, 2.4e10 * (0.8 if hit else 1.0)
+                             * np.exp(rng.normal(0, 0.02)),
+                             2e-6 * (3.0 if hit else 1.0) * np.exp(rng.normal(0, 0.05))))
+    links = pd.DataFrame(rows, columns=["ts", "src", "dst", "net.link.bandwidth",
+                                        "net.link.latency"])
+    return FleetTrace(meta=trace.meta, gpu=trace.gpu, node=trace.node, links=links,
+                      events=trace.events, failures=trace.failures)
+
+
+def _features_at(trace: FleetTrace, hours: float):
+    for feats in replay(trace, every_s=300.0):
+        if feats.t >= T0 + hours * 3600:
+            return feats
+    raise AssertionError("trace too short")
+
+
+def test_latency_shared_by_a_rack_counts_other_nodes_and_a_lone_bad_nic_does_not() -> None:
+    rack = {"n004", "n005", "n006"}  # a leaf switch's nodes, or a rack's
+    shared = _features_at(_with_latency(rack, 2.0), 2.5)
+    lone = _features_at(_with_latency({"n005"}, 2.0), 2.5)
+    for feats in (shared, lone):  # the slow node's own links stand out either way
+        assert feats.node.set_index("node").loc["n005", "link_lat_med_z"] > 3
+    node = shared.node.set_index("node")
+    assert (node.loc[sorted(rack), "slow_lat_nodes_besides"] >= 2).all()
+    assert lone.node.set_index("node").loc["n005", "slow_lat_nodes_besides"] == 0
+    # A link carries the count of the node it is blamed on, besides that node.
+    for feats in (shared, lone):
+        link = feats.link
+        on = link[link["node"] == "n005"]
+        assert len(on) and (on["slow_lat_nodes_besides"] == feats.node.set_index("node").loc[
+            "n005", "slow_lat_nodes_besides"]).all()
+    assert (lone.link[lone.link["node"] == "n005"]["slow_lat_nodes_besides"] == 0).all()
 
 def test_missing_columns_and_files_give_nan_features_not_errors() -> None:
     spec = Spec(drop_columns=("gpu.ecc.sbe", "gpu.clock.sm"), with_node=False, with_links=False)
