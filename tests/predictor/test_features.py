@@ -13,13 +13,16 @@ from predictor.replay import replay
 from tests.predictor.conftest import T0, Spec, make_trace
 
 
-def _at(spec: Spec, hours: float, *, every_s: float = 300.0):
-    trace = make_trace(spec)
-    engine = FeatureEngine(interval_s=spec.interval_s)
+def _features_at(trace: FleetTrace, hours: float, *, every_s: float = 300.0):
+    engine = FeatureEngine(interval_s=trace.meta.interval_s)
     for feats in replay(trace, every_s=every_s, engine=engine):
         if feats.t >= T0 + hours * 3600:
             return feats
     raise AssertionError("trace too short")
+
+
+def _at(spec: Spec, hours: float, *, every_s: float = 300.0):
+    return _features_at(make_trace(spec), hours, every_s=every_s)
 
 
 def _gpu(feats, node: str, gpu: int) -> pd.Series:
@@ -115,7 +118,6 @@ def test_straggler_and_bad_nic_stand_out_from_the_job() -> None:
     assert link.loc[("n002", "n003"), "node"] == "n002"
 
 
-
 def _with_latency(slow: set[str], from_h: float, nodes: int = 16) -> FleetTrace:
     """A fleet whose nodes each probe the next one and the one three ahead; from ``from_h`` on,
     every probe from or to a node of ``slow`` takes 3x as long (and moves 20% less)."""
@@ -138,13 +140,6 @@ def _with_latency(slow: set[str], from_h: float, nodes: int = 16) -> FleetTrace:
                       events=trace.events, failures=trace.failures)
 
 
-def _features_at(trace: FleetTrace, hours: float):
-    for feats in replay(trace, every_s=300.0):
-        if feats.t >= T0 + hours * 3600:
-            return feats
-    raise AssertionError("trace too short")
-
-
 def test_latency_shared_by_a_rack_counts_other_nodes_and_a_lone_bad_nic_does_not() -> None:
     rack = {"n004", "n005", "n006"}  # a leaf switch's nodes, or a rack's
     shared = _features_at(_with_latency(rack, 2.0), 2.5)
@@ -161,6 +156,7 @@ def test_latency_shared_by_a_rack_counts_other_nodes_and_a_lone_bad_nic_does_not
         assert len(on) and (on["slow_lat_nodes_besides"] == feats.node.set_index("node").loc[
             "n005", "slow_lat_nodes_besides"]).all()
     assert (lone.link[lone.link["node"] == "n005"]["slow_lat_nodes_besides"] == 0).all()
+
 
 def test_missing_columns_and_files_give_nan_features_not_errors() -> None:
     spec = Spec(drop_columns=("gpu.ecc.sbe", "gpu.clock.sm"), with_node=False, with_links=False)
