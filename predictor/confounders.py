@@ -65,12 +65,19 @@ def add_all(state: FleetState, rng: np.random.Generator, config: GeneratorConfig
         # An application bug often hits every rank on the node at once.
         on = range(gpus) if rng.random() < 0.4 else [int(rng.integers(gpus))]
         state.events.extend((ts + 0.1 * g, n, g, code) for g in on)
+    # A row is remapped because errors recur on it: a few corrected errors in the minutes before
+    # (drawn apart, so the rest of the fleet stays what the seed made it).
+    remap_rng = np.random.default_rng([config.seed, 63])
     for _ in range(_count(rng, config.benign_remap_per_gpu_day * c * nodes * gpus, days)):
         k, _ = _span(state, rng, 0, 0)
         n, g = int(rng.integers(nodes)), int(rng.integers(gpus))
-        state.inc["gpu.rows.remapped.correctable"][min(k, len(state.t) - 1), n, g] += 1
+        k = min(k, len(state.t) - 1)
+        k0 = state.index(state.t[k] - 180.0)
+        state.inc["gpu.ecc.sbe"][k0:k + 1, n, g] += remap_rng.multinomial(
+            int(remap_rng.integers(2, 11)), np.full(k + 1 - k0, 1 / (k + 1 - k0)))
+        state.inc["gpu.rows.remapped.correctable"][k, n, g] += 1
         state.pending[k:, n, g] = True
-        state.events.append((state.t[min(k, len(state.t) - 1)] - 1.0, n, g, 63))
+        state.events.append((state.t[k] - 1.0, n, g, 63))
     for _ in range(_count(rng, config.transient_bursts_per_gpu_day * c * nodes * gpus, days)):
         # A burst of errors that stops by itself (a reseated cable, a scrubbed row): no failure.
         k0, k1 = _span(state, rng, config.burst_min_s, config.burst_max_s)

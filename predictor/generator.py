@@ -21,7 +21,7 @@ from predictor.failure_plan import PlannedFailure, failures_frame, plan_failures
 from predictor.fleet_sim import build_fleet, render_counters, render_gauges, render_node
 from predictor.generator_config import GeneratorConfig
 from predictor.link_probes import build_links
-from predictor.signatures import apply_failure
+from predictor.signatures import apply_failure, sbe_rate_xids
 
 __all__ = ["GeneratedTrace", "GeneratorConfig", "generate", "generate_trace", "write_generated"]
 
@@ -61,6 +61,7 @@ def generate(config: GeneratorConfig) -> GeneratedTrace:
     confounders.add_all(state, rng, config)
     for failure in plan:
         apply_failure(state, failure, rng)
+    sbe_rate_xids(state)
     gauges = render_gauges(state, rng, noise=config.noise)
     counters = render_counters(state)
     node_cols = render_node(state, gauges["gpu.clock.sm"], rng, noise=config.noise)

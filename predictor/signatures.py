@@ -45,9 +45,34 @@ def _ecc(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> None
             state.inc["gpu.rows.remapped.correctable"][k, n, g] += 1
             state.pending[k:, n, g] = True
             state.events.append((state.t[k] - rng.uniform(0, state.interval_s), n, g, 63))
-        high = np.flatnonzero(rate > 10.0)
-        if len(high):
-            state.events.append((state.t[k0 + high[0]], n, g, 92))
+
+
+SBE_RATE_XID_PER_MIN = 10.0
+"""Corrected errors per minute, over ``SBE_RATE_WINDOW_S``, at which the driver logs XID 92."""
+SBE_RATE_WINDOW_S = 60.0
+SBE_RATE_REPEAT_S = 3600.0
+"""The driver logs XID 92 again for the same GPU only after this long."""
+
+
+def sbe_rate_xids(state: FleetState) -> None:
+    """XID 92 wherever a GPU's corrected errors run high, whatever their cause.
+
+    The driver reports a high single-bit rate (NVIDIA XID catalogue: "High single bit ECC error
+    rate") from the counter alone: it cannot tell a failing HBM stack from a burst that passes or
+    a weak row that never fails, so neither can a model that reads XID 92. Emitted here, after
+    every precursor and confounder, from the same increments the trace's counter shows.
+    """
+    inc = state.inc["gpu.ecc.sbe"]
+    width = max(1, round(SBE_RATE_WINDOW_S / state.interval_s))
+    recent = np.cumsum(inc, axis=0)  # errors in the window that ends at each sample
+    recent[width:] -= recent[:-width].copy()
+    high = recent >= SBE_RATE_XID_PER_MIN * width * state.interval_s / 60.0
+    for n, g in zip(*np.nonzero(high.any(axis=0)), strict=True):
+        last = -np.inf
+        for k in np.flatnonzero(high[:, n, g]):
+            if state.t[k] - last >= SBE_RATE_REPEAT_S:
+                last = float(state.t[k])
+                state.events.append((last, int(n), int(g), 92))
 
 
 def _ecc_failure(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> None:

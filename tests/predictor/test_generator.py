@@ -218,6 +218,39 @@ def test_confounders_are_present_and_unlabelled(confounded: GeneratedTrace) -> N
     assert grid.min() < 1440 * 4  # telemetry gaps
 
 
+def test_the_driver_flags_a_high_single_bit_rate_whatever_its_cause(
+        confounded: GeneratedTrace) -> None:
+    # XID 92 reads the counter alone, so bursts that pass raise it in a trace with no failure,
+    # as they do on a real fleet; the driver repeats it for a GPU at most once an hour.
+    trace = confounded.trace
+    flagged = trace.events[trace.events["code"] == 92]
+    assert len(flagged) >= 2
+    for (node, gpu), group in flagged.groupby(["node", "gpu"]):
+        assert (np.diff(group["ts"].to_numpy()) >= 3600).all()
+        rows = trace.gpu[(trace.gpu["node"] == node) & (trace.gpu["gpu"] == gpu)]
+        for ts in group["ts"]:
+            sbe = rows.loc[rows["ts"].between(ts - 120, ts + 60), "gpu.ecc.sbe"]
+            assert sbe.max() - sbe.min() >= 10, (node, gpu, ts)  # 10 a minute or more
+    # A weak row's steady errors (20 or more over the day, never 10 in 10 minutes) raise none.
+    steady = (_growth(trace.gpu, "gpu.ecc.sbe") >= 20) & (_worst_10_min_per_gpu(trace.gpu) < 10)
+    calm = set(steady[steady].index)
+    assert calm and not calm & set(zip(flagged["node"], flagged["gpu"], strict=True))
+
+
+def test_a_harmless_row_remap_comes_after_a_few_corrected_errors() -> None:
+    # A row is remapped because errors recur on it, so even a healthy GPU's remap (XID 63 in a
+    # trace with no failure) follows a few corrected errors on that GPU.
+    trace = generate(GeneratorConfig(seed=6, **SMALL, failure_count=0, benign_sbe_fraction=0.0,
+                                     benign_remap_per_gpu_day=0.2)).trace
+    remaps = trace.events[trace.events["code"] == 63]
+    assert len(remaps) >= 2
+    for r in remaps.itertuples():
+        rows = trace.gpu[(trace.gpu["node"] == r.node) & (trace.gpu["gpu"] == r.gpu)
+                         & trace.gpu["ts"].between(r.ts - 300, r.ts + 60)]
+        assert rows["gpu.rows.remapped.correctable"].diff().max() == 1, r
+        assert rows["gpu.ecc.sbe"].max() - rows["gpu.ecc.sbe"].min() >= 2, r
+
+
 def test_counters_only_go_down_by_resetting(confounded: GeneratedTrace) -> None:
     gpu = confounded.trace.gpu.sort_values(["node", "gpu", "ts"])
     resets = 0
@@ -242,12 +275,19 @@ def test_bad_config_names_the_field(field: str, value: object) -> None:
         GeneratorConfig(**{field: value})  # type: ignore[arg-type]
 
 
+def _worst_10_min_per_gpu(trace: pd.DataFrame,
+                         columns: tuple[str, ...] = ("gpu.ecc.sbe",)) -> pd.Series:
+    """The most errors of ``columns`` each GPU gained in one 10-minute bucket."""
+    frame = trace.assign(errors=trace[list(columns)].sum(axis=1),
+                         q=(trace["ts"] // 600).astype(int))
+    per_q = frame.groupby(["node", "gpu", "q"])["errors"].agg(["min", "max"])
+    return (per_q["max"] - per_q["min"]).groupby(level=["node", "gpu"]).max()
+
+
 def _worst_10_min(trace: pd.DataFrame) -> float:
     """The most errors (SBE + PCIe replays + NVLink CRC) any GPU gained in 10 minutes."""
-    errors = trace[["gpu.ecc.sbe", "gpu.pcie.replay", "gpu.nvlink.crc_errors"]].sum(axis=1)
-    frame = trace.assign(errors=errors, q=(trace["ts"] // 600).astype(int))
-    per_q = frame.groupby(["node", "gpu", "q"])["errors"].agg(["min", "max"])
-    return float((per_q["max"] - per_q["min"]).max())
+    return float(_worst_10_min_per_gpu(
+        trace, ("gpu.ecc.sbe", "gpu.pcie.replay", "gpu.nvlink.crc_errors")).max())
 
 
 def test_transient_bursts_follow_their_configured_length_and_rate() -> None:
