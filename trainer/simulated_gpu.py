@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -53,6 +54,8 @@ class _GpuState:
     remap_pending: float = 0.0
     lost: bool = False
     xids_sent: set[str] = field(default_factory=set)
+    sbe_seen: deque[tuple[float, float]] = field(default_factory=deque)
+    """(time, single-bit count) over the last minute: what the driver's XID 92 reads."""
 
 
 class SimulatedGpuReader:
@@ -157,8 +160,6 @@ class SimulatedGpuReader:
                 c["gpu.rows.remapped.correctable"] = max(c["gpu.rows.remapped.correctable"], remaps)
                 if remaps:
                     self._xid(dev, st, t, "remap", 63)
-                if p >= 0.7:
-                    self._xid(dev, st, t, "sbe-rate", 92)
             elif d.kind == "thermal":
                 temp += 30.0 * p + r.gauss(0, 0.5 * p)
             elif d.kind == "nvlink":
@@ -177,6 +178,13 @@ class SimulatedGpuReader:
             clock -= min(900.0, (temp - 85.0) * 45.0)
         for name, rate in rates.items():
             st.counters[name] += _events(r, rate * dt)
+        # The driver flags a high single-bit rate from the counter, whatever its cause (as
+        # predictor.signatures.sbe_rate_xids does for generated fleets): 10 or more in a minute.
+        st.sbe_seen.append((t, st.counters["gpu.ecc.sbe"]))
+        while st.sbe_seen[0][0] < t - SBE_RATE_WINDOW_S:
+            st.sbe_seen.popleft()
+        if st.counters["gpu.ecc.sbe"] - st.sbe_seen[0][1] >= SBE_RATE_XID_PER_MIN:
+            self._xid(dev, st, t, "sbe-rate", 92)
         if st.lost:
             return None
         return {
@@ -208,6 +216,11 @@ class SimulatedGpuReader:
             st.xids_sent.add(key)
             self._pending_xids.append(XidEvent(index=dev.index, uuid=dev.uuid, ts=t, code=code))
 
+
+SBE_RATE_XID_PER_MIN = 10.0
+"""Corrected errors in ``SBE_RATE_WINDOW_S`` at which the driver logs XID 92 (the generator's
+``predictor.signatures.sbe_rate_xids`` uses the same rule)."""
+SBE_RATE_WINDOW_S = 60.0
 
 _COUNTERS = ("gpu.ecc.sbe", "gpu.ecc.dbe", "gpu.rows.remapped.correctable",
              "gpu.rows.remapped.uncorrectable", "gpu.pcie.replay", "gpu.nvlink.crc_errors")
