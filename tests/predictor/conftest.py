@@ -30,6 +30,9 @@ class Spec:
     """(node, gpu, ramp start h, failure h): SBE growth, XID 63/92 and failure XID 48."""
     hot_gpu: tuple[str, int, float] | None = None
     """(node, gpu, from h): temperature drift to throttling."""
+    hot_nodes: tuple[tuple[str, ...], float, float] | None = None
+    """(nodes, from h, degrees C): every GPU of each node warms by that much over the next
+    hour and stays there (a failing fan on one node; on several at once, a rack's cooling)."""
     benign_sbe: tuple[str, int] | None = None
     """A GPU with a steady benign SBE rate."""
     benign_sbe_per_h: float = 60.0
@@ -77,6 +80,10 @@ def make_trace(spec: Spec) -> FleetTrace:
         ramp = np.clip((hours - h0) * 3600 / 120, 0, 1)  # to +30 C within two minutes
         temp[:, n, gpu] += 30 * ramp
         throttle[:, n, gpu] = (temp[:, n, gpu] > 85).astype(float)
+    if spec.hot_nodes:
+        hot, h0, degrees = spec.hot_nodes
+        for node in hot:
+            temp[:, names.index(node), :] += degrees * np.clip(hours - h0, 0, 1)[:, None]
     if spec.benign_sbe:
         node, gpu = spec.benign_sbe
         sbe[:, names.index(node), gpu] += rng.poisson(
