@@ -59,6 +59,13 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
 
 XID = _m("gpu.xid", "1", "event", "an XID event reported by the driver")
 
+SBE_RATE_XID_PER_MIN = 10.0
+"""Corrected (single-bit) ECC errors within ``SBE_RATE_WINDOW_S`` at which the driver logs XID
+92, "high single bit ECC error rate": read from the counter alone, whatever the errors' cause.
+The generator (``predictor.signatures``) and the simulated GPU (``trainer.simulated_gpu``) both
+follow it."""
+SBE_RATE_WINDOW_S = 60.0
+
 TRAIN_METRICS: tuple[MetricSpec, ...] = (
     _m("train.step.duration", "s", "gauge", "wall time of one optimizer step on a rank"),
     _m("train.compute.duration", "s", "gauge", "part of the step not spent waiting in collectives"),

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from collector.metrics import SBE_RATE_WINDOW_S, SBE_RATE_XID_PER_MIN
 from predictor.confounders import restart
 from predictor.failure_mix import Mode
 from predictor.failure_plan import PlannedFailure
@@ -47,9 +48,6 @@ def _ecc(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> None
             state.events.append((state.t[k] - rng.uniform(0, state.interval_s), n, g, 63))
 
 
-SBE_RATE_XID_PER_MIN = 10.0
-"""Corrected errors per minute, over ``SBE_RATE_WINDOW_S``, at which the driver logs XID 92."""
-SBE_RATE_WINDOW_S = 60.0
 SBE_RATE_REPEAT_S = 3600.0
 """The driver logs XID 92 again for the same GPU only after this long."""
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from collector.metrics import SBE_RATE_WINDOW_S, SBE_RATE_XID_PER_MIN
 from trainer.gpu import GpuDevice, GpuSample, XidEvent
 
 DegradationKind = Literal["ecc", "thermal", "nvlink", "pcie", "power"]
@@ -216,11 +217,6 @@ class SimulatedGpuReader:
             st.xids_sent.add(key)
             self._pending_xids.append(XidEvent(index=dev.index, uuid=dev.uuid, ts=t, code=code))
 
-
-SBE_RATE_XID_PER_MIN = 10.0
-"""Corrected errors in ``SBE_RATE_WINDOW_S`` at which the driver logs XID 92 (the generator's
-``predictor.signatures.sbe_rate_xids`` uses the same rule)."""
-SBE_RATE_WINDOW_S = 60.0
 
 _COUNTERS = ("gpu.ecc.sbe", "gpu.ecc.dbe", "gpu.rows.remapped.correctable",
              "gpu.rows.remapped.uncorrectable", "gpu.pcie.replay", "gpu.nvlink.crc_errors")
