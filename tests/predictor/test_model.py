@@ -18,12 +18,17 @@ from predictor.training import fit_traces
 from tests.predictor.conftest import T0, Spec, make_trace, tiny_traces
 
 
-def _gpu_risk(model, spec: Spec, hours: float):
+def _risks(model, spec: Spec, hours: float, kind: str):
+    """``kind``'s risk rows of the trace ``spec`` describes, scored ``hours`` into it."""
     engine = FeatureEngine(interval_s=spec.interval_s)
     t = T0 + hours * 3600
     engine.update(make_trace(spec), t)
     risks = Scorer(model).score(engine.features(t))
-    return risks[risks["kind"] == "gpu"].set_index(["node", "gpu"])
+    return risks[risks["kind"] == kind]
+
+
+def _gpu_risk(model, spec: Spec, hours: float):
+    return _risks(model, spec, hours, "gpu").set_index(["node", "gpu"])
 
 
 def test_degrading_gpu_ranks_above_healthy_and_benign_ones(tiny_model: RiskModel) -> None:
@@ -136,11 +141,7 @@ def test_shipped_model_leaves_a_node_always_at_its_power_cap_alone() -> None:
 
 
 def _node_risk(spec: Spec, hours: float):
-    engine = FeatureEngine(interval_s=spec.interval_s)
-    t = T0 + hours * 3600
-    engine.update(make_trace(spec), t)
-    risks = Scorer(RiskModel.load()).score(engine.features(t))
-    return risks[risks["kind"] == "node"].set_index("node")["risk"]
+    return _risks(RiskModel.load(), spec, hours, "node").set_index("node")["risk"]
 
 
 @pytest.mark.xfail(strict=True, reason="known gap (predictor/README.md, failing fans): the "
