@@ -198,12 +198,18 @@ def _gpu_node_aggregates(engine: FeatureEngine, t: float, stale_s: float) -> pd.
         cv6 = np.sqrt(var6) / m[:, 2, POWER]
     per_gpu = pd.DataFrame({"code": codes, "temp": m[:, 0, TEMP],
                             "trend": m[:, 0, TEMP] - m[:, 2, TEMP],
+                            "power": m[:, 0, POWER], "power_trend": m[:, 0, POWER] - m[:, 2, POWER],
                             "thr_p_rise": m[:, 0, THR_P] - m[:, 2, THR_P],
                             "cv_rise": cv - cv6})
     node = per_gpu.groupby("code").median()
+    # Heat is judged against what the node's power explains: a node that runs a heavier job
+    # (or leaves an idle spell) is hotter for it, a failing fan is hotter at the same power.
+    slope = heat_per_watt(node["power"].to_numpy(), node["temp"].to_numpy())
+    temp = _unexplained(node["temp"].to_numpy(), node["power"].to_numpy(), slope)
+    trend = _unexplained(node["trend"].to_numpy(), node["power_trend"].to_numpy(), slope)
     out = pd.DataFrame({
-        "node_temp_dev": node["temp"] - node["temp"].median(),
-        "node_temp_trend_dev": node["trend"] - node["trend"].median(),
+        "node_temp_dev": temp - np.nanmedian(temp) if np.isfinite(temp).any() else temp,
+        "node_temp_trend_dev": trend - np.nanmedian(trend) if np.isfinite(trend).any() else trend,
         # Power throttling and power swings only count as growth against the node's own 6 h,
         # never as a level against other nodes: a node that always runs into its power cap (a
         # lower cap, the silicon lottery, a hot slot) is chronically slow but healthy.
@@ -212,6 +218,34 @@ def _gpu_node_aggregates(engine: FeatureEngine, t: float, stale_s: float) -> pd.
     })
     out.index = pd.Index(engine.node_names.names(node.index.to_numpy(dtype=np.int64)), name="node")
     return out
+
+
+MAX_HEAT_PER_WATT = 0.3
+"""C per W beyond which a fitted slope is not physics (a GPU heats by 0.05-0.1 C per W)."""
+
+
+def heat_per_watt(power: np.ndarray, temp: np.ndarray) -> float:
+    """Slope of node temperature on node power across the fleet (C per W), fitted twice, the
+    second time without the nodes the first fit leaves more than 3 robust SDs off (the hot nodes
+    that the slope must not bend towards). 0 where power does not vary or is not exported."""
+    ok = np.isfinite(power) & np.isfinite(temp)
+    x, y = power[ok], temp[ok]
+    for _ in range(2):
+        if len(x) < 4 or np.ptp(x) < 20.0:
+            return 0.0
+        slope, icpt = np.polyfit(x, y, 1)
+        resid = y - (icpt + slope * x)
+        mad = 1.4826 * np.median(np.abs(resid - np.median(resid)))
+        inside = np.abs(resid - np.median(resid)) <= 3.0 * max(mad, 1.0)
+        x, y = x[inside], y[inside]
+    return float(np.clip(slope, 0.0, MAX_HEAT_PER_WATT))
+
+
+def _unexplained(temp: np.ndarray, power: np.ndarray, slope: float) -> np.ndarray:
+    """``temp`` less the part that ``slope`` puts down to power (all of it where power is
+    missing on a node)."""
+    return temp - slope * np.nan_to_num(power - np.nanmedian(power) if np.isfinite(power).any()
+                                        else power, nan=0.0)
 
 
 def _gpu_frame(engine: FeatureEngine, t: float, stale_s: float, nominal: float,

@@ -52,8 +52,9 @@ _LABELS = {
     "xid_node_1h": "{v:.0f} node hardware XIDs in 1 h",
     "xid_node_6h": "{v:.0f} node hardware XIDs in 6 h",
     "node_stale_intervals": "no training sample for {v:.0f} intervals",
-    "node_temp_dev": "node's GPUs {v:+.1f} C vs other nodes",
-    "node_temp_trend_dev": "node's GPUs warming {v:+.1f} C vs 6 h, more than other nodes",
+    "node_temp_dev": "node's GPUs {v:+.1f} C vs other nodes at the same power",
+    "node_temp_trend_dev": "node's GPUs warming {v:+.1f} C vs 6 h beyond their power, more than "
+                           "other nodes",
     "node_throttle_power_rise": "node's GPUs power-throttled {v:+.0%} more than over 6 h",
     "node_power_cv_rise": "node's GPU power swinging {v:+.0%} more than over 6 h",
     "fleet_hot_frac": "{v:.0%} of nodes hot",

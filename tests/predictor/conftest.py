@@ -33,6 +33,9 @@ class Spec:
     hot_nodes: tuple[tuple[str, ...], float, float] | None = None
     """(nodes, from h, degrees C): every GPU of each node warms by that much over the next
     hour and stays there (a failing fan on one node; on several at once, a rack's cooling)."""
+    heavy_node: tuple[str, float, float] | None = None
+    """(node, from h, watts): every GPU of the node draws that much more power over the next
+    hour (a heavier job) and runs hotter by what the power gives (0.075 C per W): healthy."""
     benign_sbe: tuple[str, int] | None = None
     """A GPU with a steady benign SBE rate."""
     benign_sbe_per_h: float = 60.0
@@ -84,6 +87,11 @@ def make_trace(spec: Spec) -> FleetTrace:
         hot, h0, degrees = spec.hot_nodes
         for node in hot:
             temp[:, names.index(node), :] += degrees * np.clip(hours - h0, 0, 1)[:, None]
+    extra_w = np.zeros(shape)
+    if spec.heavy_node:
+        node, h0, watts = spec.heavy_node
+        extra_w[:, names.index(node), :] = watts * np.clip(hours - h0, 0, 1)[:, None]
+        temp += 0.075 * extra_w
     if spec.benign_sbe:
         node, gpu = spec.benign_sbe
         sbe[:, names.index(node), gpu] += rng.poisson(
@@ -99,7 +107,7 @@ def make_trace(spec: Spec) -> FleetTrace:
         "gpu": np.broadcast_to(np.arange(spec.gpus)[None, None, :], shape)[mask],
         "gpu.temperature": temp[mask],
         "gpu.clock.sm": np.where(throttle > 0, 1400.0, 1980.0)[mask] + rng.normal(0, 5, mask.sum()),
-        "gpu.power": rng.normal(600, 10, mask.sum()),
+        "gpu.power": rng.normal(600, 10, mask.sum()) + extra_w[mask],
         "gpu.throttle.thermal": throttle[mask],
         "gpu.ecc.sbe": cum[mask],
         "gpu.ecc.dbe": np.zeros(mask.sum()),

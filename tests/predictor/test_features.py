@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -96,6 +98,21 @@ def test_hot_gpu_deviates_from_its_node_peers() -> None:
     hot, peer = _gpu(feats, "n003", 2), _gpu(feats, "n003", 1)
     assert hot["temp_dev"] > 20 and abs(peer["temp_dev"]) < 2
     assert hot["throttle_thermal_5m"] > 0.5 and hot["clock_dev"] < -0.2
+
+
+def test_a_node_hotter_at_the_same_power_stands_out_and_one_on_a_heavier_job_does_not() -> None:
+    # n001's GPUs draw 200 W more (a heavier job) and run 15 C hotter for it; n005's fan fails
+    # and its GPUs run 15 C hotter at the same power.
+    spec = Spec(nodes=8, heavy_node=("n001", 1.0, 200.0), hot_nodes=(("n005",), 1.0, 15.0))
+    node = _at(spec, 2.5).node.set_index("node")
+    assert node.loc["n005", "node_temp_dev"] > 12 and node.loc["n005", "node_temp_trend_dev"] > 5
+    assert abs(node.loc["n001", "node_temp_dev"]) < 2
+    assert abs(node.loc["n001", "node_temp_trend_dev"]) < 2
+    # The fan stands alone: the busy node is not counted as a second hot one (a rack's cooling).
+    assert node.loc["n005", "hot_nodes_besides"] == 0
+    # Without power in the export, heat is all there is to go on: both stand out.
+    bare = _at(dataclasses.replace(spec, drop_columns=("gpu.power",)), 2.5).node.set_index("node")
+    assert bare.loc["n001", "node_temp_dev"] > 12 and bare.loc["n005", "node_temp_dev"] > 12
 
 
 def test_application_xids_are_ignored_and_hardware_xids_counted() -> None:
