@@ -48,6 +48,13 @@ def add_all(state: FleetState, rng: np.random.Generator, config: GeneratorConfig
         state.initial[name] += np.round(rate * rng.uniform(60, 3000, (nodes, gpus)))
     slow = rng.random(nodes) < min(1.0, config.slow_node_fraction * c)
     state.compute_factor = np.where(slow, rng.uniform(1.04, 1.15, nodes), 1.0)
+    # Half of them are slow for a lower power limit (`nvidia-smi -pl`, a hot aisle's budget):
+    # their GPUs run into it most of the time and how often wobbles with the load, a power
+    # supply's sag without the failure (drawn apart, so the rest of the fleet stays the same).
+    cap_rng = np.random.default_rng([config.seed, 700])
+    capped = slow & (cap_rng.random(nodes) < 0.5)
+    state.power_cap_w = np.where(capped, cap_rng.uniform(540.0, 640.0, nodes),
+                                 state.power_cap_w)
     if c > 0:
         _phases(state, rng, config)
     # Job-wide stalls (a slow storage read, a straggling data loader, an NCCL hiccup) delay every

@@ -55,6 +55,8 @@ class FleetState:
     """(T, N, G) bool: a power-brake clock event forced on."""
     compute_factor: np.ndarray
     """(N,) chronic per-node slowness (1 = nominal)."""
+    power_cap_w: np.ndarray
+    """(N,) each node's GPU power limit (``POWER_CAP_W`` unless an operator lowered it)."""
     inc: dict[str, np.ndarray]
     """Counter increments per sample, (T, N, G) each, keyed by canonical name."""
     initial: dict[str, np.ndarray]
@@ -96,7 +98,8 @@ def build_fleet(
         wait_s=np.zeros(len(t)), training=np.ones((len(t), nodes), dtype=bool),
         eval_phase=np.zeros(len(t), dtype=bool),
         temp_extra_c=np.zeros(shape), power_extra_w=np.zeros(shape),
-        power_flap=np.zeros(shape, dtype=bool), compute_factor=np.ones(nodes), inc=inc,
+        power_flap=np.zeros(shape, dtype=bool), compute_factor=np.ones(nodes),
+        power_cap_w=np.full(nodes, POWER_CAP_W), inc=inc,
         initial=initial, pending=np.zeros(shape, dtype=bool),
         gpu_present=np.ones(shape, dtype=bool), node_present=np.ones((len(t), nodes), dtype=bool),
         link_factor=np.ones((len(t), nodes)),
@@ -122,8 +125,9 @@ def render_gauges(state: FleetState, rng: np.random.Generator, *,
     util = np.clip(act * rng.normal(0.95, 0.02 * noise, shape), 0.0, 1.0)
     demand = IDLE_POWER_W + 560.0 * util * eff + rng.normal(0, 12 * noise, shape)
     demand += state.power_extra_w
-    power = np.clip(np.minimum(demand, POWER_CAP_W), 60.0, None)
-    throttle_power = (demand > POWER_CAP_W - 5) | state.power_flap
+    cap = state.power_cap_w[None, :, None]
+    power = np.clip(np.minimum(demand, cap), 60.0, None)
+    throttle_power = (demand > cap - 5) | state.power_flap
     # Ambient: a slow diurnal swing per rack (Llama 3 saw 1-2% throughput swing with mid-day
     # temperatures), plus per-GPU airflow offsets (some slots run hot).
     day = 2 * np.pi * state.t / 86400.0

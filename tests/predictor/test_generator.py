@@ -23,9 +23,12 @@ SMALL = {"nodes": 8, "gpus_per_node": 4, "days": 1.0, "interval_s": 60.0}
 
 
 def _precursor_trace(mode: str) -> GeneratedTrace:
-    """Two failures of one mode, each with a 2-hour, typical-strength precursor."""
+    """Two failures of one mode, each with a 2-hour, typical-strength precursor, and no
+    chronically slow node (a lower power limit throttles a node as often as a failing supply:
+    ``test_some_chronically_slow_nodes_run_under_a_lower_power_limit``)."""
     return generate(GeneratorConfig(
         seed=11, **SMALL, failure_count=2, mix={mode: 1.0}, precursor_share={mode: 1.0},
+        slow_node_fraction=0.0,
         precursor_min_s=7200.0, precursor_max_s=7200.0, intensity_min=1.0, intensity_max=1.0,
         repair_scale=0.02,
     ))
@@ -303,3 +306,19 @@ def test_transient_bursts_follow_their_configured_length_and_rate() -> None:
     # background errors and far below bursts of 5-30 minutes at up to 40 a minute.
     assert _worst_10_min(none.gpu) < _worst_10_min(small.gpu) <= 30
     assert _worst_10_min(heavy.gpu) >= 60
+
+
+def test_some_chronically_slow_nodes_run_under_a_lower_power_limit() -> None:
+    # A lower power limit is a healthy node that power-throttles most of the time, more or less
+    # with the load: it slows the node and must never come with a failure.
+    trace = generate(GeneratorConfig(seed=5, **SMALL, failure_count=0,
+                                     slow_node_fraction=0.5)).trace
+    gpu = trace.gpu.groupby("node")
+    throttled = gpu["gpu.throttle.power"].mean()
+    capped = throttled[throttled > 0.5].index
+    assert 1 <= len(capped) < 4
+    top_power = gpu["gpu.power"].max()
+    assert top_power[capped].max() < 645 < top_power.drop(capped).min()
+    compute = trace.node.groupby("node")["train.compute.duration"].median()
+    assert (compute[capped] > 1.02 * compute.median()).all()
+    assert trace.failures is not None and trace.failures.empty
