@@ -1,8 +1,11 @@
 """Training rows from labelled traces: replayed features plus "fails within the horizon" labels.
 
 Labels come from ``failures.csv``, which only training and evaluation read. A GPU row is
-positive when that GPU fails within the horizon, a node row when anything on the node fails,
-a link row when the node it points at has a node or network failure (``gpu`` empty). Rows just
+positive when that GPU fails within the horizon; a node row, and a link row for the node it
+points at, when that node has a node or network failure (``gpu`` empty). A GPU's failure does
+not make its node's row positive: ECC and PCIe precursors do not show in node features, and
+such rows, ~10,000 against ~130 failing fans in the training fleets, taught the node model to
+shrug at a node's own heat (predictor/README.md). Rows just
 after a failure (the broken part may still report) are left out rather than called healthy.
 Healthy rows vastly outnumber the rest; a random share of them is kept and weighted back up.
 """
@@ -108,7 +111,7 @@ def collect(trace: FleetTrace, rows: dict[str, Rows], *, config: LabelConfig,
             if kind == "gpu" and not np.isnan(ttf).all():
                 keys = frame["node"].astype(str) + "/" + frame["gpu"].astype(str)
                 ttf, pre, _ = _time_to_failure(t, keys, f_ts, f_gkey, f_pre, h)
-            elif kind == "link" and not np.isnan(ttf).all():
+            elif kind in ("link", "node") and not np.isnan(ttf).all():
                 ttf, pre, _ = _time_to_failure(t, frame["node"], f_ts[nf], f_node[nf], f_pre[nf], h)
             doomed = ~np.isnan(ttf)
             # Before its precursor starts (or with none: a sudden failure) a doomed entity
