@@ -208,8 +208,8 @@ def _gpu_node_aggregates(engine: FeatureEngine, t: float, stale_s: float) -> pd.
     temp = _unexplained(node["temp"].to_numpy(), node["power"].to_numpy(), slope)
     trend = _unexplained(node["trend"].to_numpy(), node["power_trend"].to_numpy(), slope)
     out = pd.DataFrame({
-        "node_temp_dev": temp - np.nanmedian(temp) if np.isfinite(temp).any() else temp,
-        "node_temp_trend_dev": trend - np.nanmedian(trend) if np.isfinite(trend).any() else trend,
+        "node_temp_dev": _centred(temp),
+        "node_temp_trend_dev": _centred(trend),
         # Power throttling and power swings only count as growth against the node's own 6 h,
         # never as a level against other nodes: a node that always runs into its power cap (a
         # lower cap, the silicon lottery, a hot slot) is chronically slow but healthy.
@@ -234,9 +234,8 @@ def heat_per_watt(power: np.ndarray, temp: np.ndarray) -> float:
         if len(x) < 4 or np.ptp(x) < 20.0:
             return 0.0
         slope, icpt = np.polyfit(x, y, 1)
-        resid = y - (icpt + slope * x)
-        mad = 1.4826 * np.median(np.abs(resid - np.median(resid)))
-        inside = np.abs(resid - np.median(resid)) <= 3.0 * max(mad, 1.0)
+        off = np.abs(_centred(y - (icpt + slope * x)))
+        inside = off <= 3.0 * max(1.4826 * np.median(off), 1.0)
         x, y = x[inside], y[inside]
     return float(np.clip(slope, 0.0, MAX_HEAT_PER_WATT))
 
@@ -244,8 +243,12 @@ def heat_per_watt(power: np.ndarray, temp: np.ndarray) -> float:
 def _unexplained(temp: np.ndarray, power: np.ndarray, slope: float) -> np.ndarray:
     """``temp`` less the part that ``slope`` puts down to power (all of it where power is
     missing on a node)."""
-    return temp - slope * np.nan_to_num(power - np.nanmedian(power) if np.isfinite(power).any()
-                                        else power, nan=0.0)
+    return temp - slope * np.nan_to_num(_centred(power), nan=0.0)
+
+
+def _centred(x: np.ndarray) -> np.ndarray:
+    """``x`` less its median over the values it has (all NaN stays all NaN)."""
+    return x - np.nanmedian(x) if np.isfinite(x).any() else x
 
 
 def _gpu_frame(engine: FeatureEngine, t: float, stale_s: float, nominal: float,
