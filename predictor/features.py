@@ -60,6 +60,11 @@ FAILED_HOLD_S = 3600.0
 STALE_AFTER_S = 900.0
 """Entities without a row for this long (or 10 sampling intervals) are not scored."""
 
+SILENT_AFTER_S = 120.0
+"""A node none of whose GPU or node rows is newer than this (or 3 sampling intervals) has gone
+silent: it is down, drained or cut off, and a warning raised on its last, stale features would
+come after the fact (see ``Features.silent``)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Features:
@@ -74,6 +79,9 @@ class Features:
     """``src``, ``dst``, ``node`` (the endpoint it points at), ``peer`` then ``LINK_FEATURES``."""
     failed: dict[str, tuple[float, int]] = field(default_factory=dict)
     """Nodes with a fatal XID in the last ``FAILED_HOLD_S``: node -> (time, XID) of the latest."""
+    silent: dict[str, float] = field(default_factory=dict)
+    """Nodes still within ``STALE_AFTER_S`` whose newest GPU or node row is older than
+    ``SILENT_AFTER_S`` (or 3 sampling intervals): node -> seconds since that row."""
 
 
 def _xid_class(codes: np.ndarray) -> np.ndarray:
@@ -177,7 +185,22 @@ class FeatureEngine:
         stale_s = max(STALE_AFTER_S, 10.0 * (self.interval_s or 30.0))
         feats = feature_frames.build(self, t, stale_s=stale_s)
         feats.failed.update({n: v for n, v in self.fatal.items() if t - FAILED_HOLD_S < v[0] <= t})
+        feats.silent.update(_silent(feats, nominal=self.interval_s or 30.0))
         return feats
+
+
+def _silent(feats: Features, *, nominal: float) -> dict[str, float]:
+    """Node -> seconds since its newest GPU or node row, for nodes silent past the threshold."""
+    ages = [pd.Series(frame[col].to_numpy(dtype=np.float64) * nominal,
+                      index=frame["node"].to_numpy(dtype=object))
+            for frame, col in ((feats.gpu, "stale_intervals"), (feats.node, "node_stale_intervals"))
+            if len(frame) and col in frame.columns]
+    if not ages:
+        return {}
+    # A node's age is that of its freshest row: one live GPU or a live hook keeps it live.
+    newest = pd.concat(ages).dropna().groupby(level=0).min()
+    quiet = newest[newest > max(SILENT_AFTER_S, 3.0 * nominal)]
+    return {str(n): float(a) for n, a in quiet.items()}
 
 
 def _columns(frame: pd.DataFrame, names: tuple[str, ...]) -> np.ndarray:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
@@ -91,6 +93,33 @@ def test_a_node_past_a_fatal_xid_is_failed_not_at_risk(tiny_model: RiskModel) ->
     assert len(on_node) and (on_node["risk"] == 0).all() and on_node["lead_s"].isna().all()
     assert all(s[0].startswith("failed: XID 48") for s in on_node["signals"])
     assert (after[after["node"] != "n002"]["risk"] < 0.2).all()
+
+
+def test_a_node_that_has_gone_silent_is_not_warned_of_on_its_last_features(
+        tiny_model: RiskModel) -> None:
+    # n002's ECC ramp runs from 2.0 h; at 4.6 h every row of n002 stops (the node went down),
+    # while the feature windows would still score it for 15 min on its last, stale rows.
+    full = make_trace(Spec(seed=9, ecc_ramp=("n002", 1, 2.0, 5.5)))
+    cut = T0 + 4.6 * 3600
+    gpu, node = full.gpu, full.node
+    trace = replace(full, gpu=gpu[(gpu["node"] != "n002") | (gpu["ts"] <= cut)],
+                    node=node[(node["node"] != "n002") | (node["ts"] <= cut)])
+    engine = FeatureEngine(interval_s=30.0)
+    scorer = Scorer(tiny_model)
+    engine.update(trace, cut + 60)
+    live = scorer.score(engine.features(cut + 60)).set_index(["kind", "node", "gpu"])
+    assert live.loc[("gpu", "n002", 1), "risk"] > 0.2  # a minute of quiet is not silence
+    engine.update(trace, cut + 600)
+    later = scorer.score(engine.features(cut + 600))
+    on_node = later[later["node"] == "n002"]
+    assert len(on_node) and (on_node["risk"] == 0).all() and on_node["lead_s"].isna().all()
+    assert all(s == ("silent: no sample for 10 min",) for s in on_node["signals"])
+    # A node whose training hook stops while its GPUs keep reporting is still watched.
+    hook_cut = replace(full, node=node[(node["node"] != "n002") | (node["ts"] <= cut)])
+    engine = FeatureEngine(interval_s=30.0)
+    engine.update(hook_cut, cut + 600)
+    watched = scorer.score(engine.features(cut + 600)).set_index(["kind", "node", "gpu"])
+    assert watched.loc[("gpu", "n002", 1), "risk"] > 0.2
 
 
 def test_a_weak_risk_that_never_lets_go_fires_after_an_hour() -> None:
