@@ -52,8 +52,17 @@ def test_blip_below_persistence_never_fires_but_a_certain_risk_fires_at_once() -
     policy = AlertPolicy(config=PolicyConfig(persist_s=600))
     assert policy.step(_frame([("a", 0, 0.7)]), T0) == []
     assert policy.step(_frame([("a", 0, 0.1)]), T0 + 300) == []
-    fired = policy.step(_frame([("a", 0, 0.99)]), T0 + 600)
+    # A leap from nothing to near-certain waits one tick (a slow probe round, a burst) ...
+    assert policy.step(_frame([("a", 0, 0.99)]), T0 + 600) == []
+    assert policy.step(_frame([("a", 0, 0.1)]), T0 + 900) == []
+    # ... and fires at once when the risk was already up a tick before.
+    assert policy.step(_frame([("a", 0, 0.3)]), T0 + 1200) == []
+    fired = policy.step(_frame([("a", 0, 0.99)]), T0 + 1500)
     assert [tr.action for tr in fired] == ["fire"]
+    # Without the hold (or without a slow lane to measure it by) it fires at the first tick.
+    for config in (PolicyConfig(fire_now_hold_s=0.0), PolicyConfig(slow_at=None)):
+        policy = AlertPolicy(config=config)
+        assert [tr.action for tr in policy.step(_frame([("a", 0, 0.99)]), T0)] == ["fire"]
 
 
 def test_one_alert_per_node_naming_the_first_riskiest_entity() -> None:
@@ -77,6 +86,8 @@ def test_policy_config_errors_name_the_field() -> None:
         PolicyConfig(fire_at=1.5)
     with pytest.raises(ValueError, match="resolve_below"):
         PolicyConfig(fire_at=0.3, resolve_below=0.5)
+    with pytest.raises(ValueError, match="fire_now_hold_s"):
+        PolicyConfig(fire_now_hold_s=-1.0)
 
 
 def test_a_node_past_a_fatal_xid_is_failed_not_at_risk(tiny_model: RiskModel) -> None:
@@ -139,8 +150,9 @@ def test_a_weak_risk_that_never_lets_go_fires_after_an_hour() -> None:
 def test_an_open_alert_keeps_the_signals_that_last_drove_it() -> None:
     # Risks under the explain threshold come with no signals; the alert, still open on its
     # hysteresis, must not go out to on-call as "top signals: none".
-    policy = AlertPolicy(config=PolicyConfig(fire_at=0.5, fire_now_at=0.9, persist_s=600,
-                                             resolve_below=0.1, resolve_after_s=900))
+    policy = AlertPolicy(config=PolicyConfig(fire_at=0.5, fire_now_at=0.9, fire_now_hold_s=0.0,
+                                             persist_s=600, resolve_below=0.1,
+                                             resolve_after_s=900))
     frames = [(0.95, ("ECC single-bit errors 900/h over 5m",)),
               (0.7, ("ECC single-bit errors 400/h over 1h",)), (0.15, ()), (0.12, ())]
     seen = []
