@@ -39,8 +39,9 @@ import third_generator
 BASE = {"nodes": 32, "days": 2.0, "failure_count": 24, "repair_scale": 0.05}
 
 
-def suites(count: int, alt_count: int = 8, third_count: int = 6,
-           skip: tuple[str, ...] = ()) -> dict[str, list[FleetTrace]]:
+def suite_makers(count: int, alt_count: int = 8,
+                 third_count: int = 6) -> dict[str, tuple[int, Callable[[int], FleetTrace]]]:
+    """Each suite's trace count and how to build its i-th trace (nothing is built here)."""
     shifted = [
         dict(nodes=64, interval_s=10.0, confounders=2.0, noise=1.5, rack_size=8,
              mix={"ecc": 3, "thermal": 1, "nvlink": 1, "pcie": 1, "nic": 2, "gpu_sudden": 1}),
@@ -65,8 +66,14 @@ def suites(count: int, alt_count: int = 8, third_count: int = 6,
         "third generator": (third_count, lambda i: third_generator.generate(
             seed=700 + i, nodes=(32, 48)[i % 2], days=2.0, interval_s=(30.0, 15.0, 60.0)[i % 3])),
     }
+    return makers
+
+
+def suites(count: int, alt_count: int = 8, third_count: int = 6,
+           skip: tuple[str, ...] = ()) -> dict[str, list[FleetTrace]]:
     # Only the suites asked for are generated (a trace of (d) or (e) takes seconds to build).
-    return {name: [make(i) for i in range(n)] for name, (n, make) in makers.items()
+    return {name: [make(i) for i in range(n)]
+            for name, (n, make) in suite_makers(count, alt_count, third_count).items()
             if name not in skip}
 
 

@@ -1,0 +1,204 @@
+"""Alert policies side by side, without scoring a trace twice.
+
+    OMP_NUM_THREADS=1 python benchmarks/policy_sweep.py cache DIR          # score once, keep risks
+    OMP_NUM_THREADS=1 python benchmarks/policy_sweep.py sweep DIR [--set validation]
+
+The alert policy (``predictor.hysteresis``) sees only each node's riskiest entity at each tick,
+so ``cache`` backtests every trace once with a model and keeps that row per node and tick
+(``risks.csv.gz``) with the trace's labels and size; ``sweep`` then replays the cached risks
+through each policy variant in ``VARIANTS`` and scores the alerts with ``predictor.evaluate``:
+the same alerts ``foreshock backtest`` writes for that policy, in seconds instead of a backtest.
+
+Two sets: ``validation`` (fresh seeds of the three generators, used to choose a policy) and
+``suites`` (the five suites of ``benchmarks/backtest.py --figures``, for reporting only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np
+import pandas as pd
+
+from collector.fleet_trace import FleetTrace, TraceMeta
+from predictor.evaluate import evaluate
+from predictor.generator import GeneratorConfig, generate_trace
+from predictor.hysteresis import AlertPolicy, PolicyConfig
+from predictor.replay import DEFAULT_EVERY_S, replay
+from predictor.scorer import Scorer, load_model
+
+sys.path.insert(0, str(Path(__file__).parent))
+import alt_generator
+import third_generator
+from backtest import BASE, suite_makers
+
+Maker = Callable[[], FleetTrace]
+
+
+def _validation() -> dict[str, Maker]:
+    """Fresh seeds of each generator, outside training (1000-1329) and the suites' seeds."""
+    out: dict[str, Maker] = {}
+    for i, iv in enumerate((30.0, 15.0, 60.0)):
+        out[f"ours-{70 + i}"] = lambda i=i, iv=iv: generate_trace(
+            GeneratorConfig(seed=70 + i, **{**BASE, "interval_s": iv}))  # type: ignore[arg-type]
+        out[f"alt-{570 + i}"] = lambda i=i, iv=iv: alt_generator.generate(
+            seed=570 + i, nodes=48, days=2.0, interval_s=iv)
+    for i, iv in enumerate((15.0, 30.0, 60.0, 15.0)):
+        out[f"third-{770 + i}"] = lambda i=i, iv=iv: third_generator.generate(
+            seed=770 + i, nodes=(32, 48)[i % 2], days=2.0, interval_s=iv)
+    return out
+
+
+def _suite_makers() -> dict[str, Maker]:
+    out: dict[str, Maker] = {}
+    for name, (n, make) in suite_makers(3).items():
+        slug = name.replace(",", "").replace(" ", "_")
+        for i in range(n):
+            out[f"{slug}-{i}"] = lambda make=make, i=i: make(i)
+    return out
+
+
+def _top_rows(trace: FleetTrace, model_spec: str | None) -> pd.DataFrame:
+    model = load_model(model_spec)
+    scorer = Scorer(model)
+    bare = FleetTrace(meta=trace.meta, gpu=trace.gpu, node=trace.node, links=trace.links,
+                      events=trace.events, failures=None)
+    parts = []
+    for feats in replay(bare, every_s=DEFAULT_EVERY_S):
+        risks = scorer.score(feats)
+        if not len(risks):
+            continue
+        order = np.argsort(-risks["risk"].to_numpy(dtype=np.float64), kind="stable")
+        top = risks.iloc[order].drop_duplicates("node", keep="first")
+        parts.append(pd.DataFrame({"ts": feats.t, "node": top["node"].to_numpy(),
+                                   "kind": top["kind"].to_numpy(), "gpu": top["gpu"].to_numpy(),
+                                   "peer": top["peer"].to_numpy(),
+                                   "risk": top["risk"].to_numpy()}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _makers(which: str) -> dict[str, Maker]:
+    return _validation() if which == "validation" else _suite_makers()
+
+
+def _cache_one(args: tuple[str, str, Path, str | None]) -> str:
+    which, name, out, model_spec = args  # names, not makers, cross to the worker processes
+    path = out / name
+    if (path / "risks.csv.gz").exists():
+        return f"{name}: cached"
+    trace = _makers(which)[name]()
+    rows = _top_rows(trace, model_spec)
+    path.mkdir(parents=True, exist_ok=True)
+    assert trace.failures is not None
+    trace.failures.to_csv(path / "failures.csv", index=False)
+    m = trace.meta
+    (path / "meta.json").write_text(json.dumps({
+        "start": m.start, "end": m.end, "interval_s": m.interval_s, "nodes": list(m.nodes),
+        "gpus_per_node": m.gpus_per_node}))
+    rows.to_csv(path / "risks.csv.gz", index=False)
+    return f"{name}: {len(rows)} rows"
+
+
+def cache(out: Path, which: str, model_spec: str | None, jobs: int) -> None:
+    base = out / which
+    base.mkdir(parents=True, exist_ok=True)
+    jobs_ = [(which, n, base, model_spec) for n in _makers(which)]
+    with ProcessPoolExecutor(jobs) as pool:
+        for line in pool.map(_cache_one, jobs_):
+            print(line, flush=True)
+
+
+def _load(path: Path) -> tuple[FleetTrace, pd.DataFrame]:
+    meta = json.loads((path / "meta.json").read_text())
+    empty = pd.DataFrame({"ts": pd.Series(dtype=float)})
+    trace = FleetTrace(meta=TraceMeta(start=meta["start"], end=meta["end"],
+                                      interval_s=meta["interval_s"],
+                                      nodes=tuple(meta["nodes"]),
+                                      gpus_per_node=meta["gpus_per_node"]),
+                       gpu=empty, node=empty, links=empty, events=empty,
+                       failures=pd.read_csv(path / "failures.csv"))
+    return trace, pd.read_csv(path / "risks.csv.gz", keep_default_na=False, dtype={"peer": str})
+
+
+def alerts_for(rows: pd.DataFrame, config: PolicyConfig) -> pd.DataFrame:
+    """The alert rows ``predictor.backtest.run`` writes for ``config`` on these top rows."""
+    policy = AlertPolicy(config=config)
+    out = []
+    frame = rows.assign(lead_s=np.nan, signals=[()] * len(rows))
+    for t, tick in frame.groupby("ts", sort=True):
+        for tr in policy.step(tick, float(t)):
+            if tr.action != "resolve":
+                out.append((tr.ts, tr.node, -1 if tr.gpu is None else tr.gpu, tr.kind,
+                            tr.risk, ""))
+    return pd.DataFrame(out, columns=["ts", "node", "gpu", "kind", "score", "reason"])
+
+
+VARIANTS: dict[str, PolicyConfig] = {
+    "default": PolicyConfig(),
+    "no fire-now hold": PolicyConfig(fire_now_hold_s=0.0),
+    "fire at once from 0.8": PolicyConfig(fire_now_at=0.8),
+    "persist 10 min": PolicyConfig(persist_s=600.0),
+    "fire from 0.5": PolicyConfig(fire_at=0.5),
+    "slow lane after 45 min": PolicyConfig(slow_persist_s=2700.0),
+}
+"""Policies compared by ``sweep``: the default and one change to it each."""
+
+
+def sweep(base: Path, which: str, names: list[str] | None) -> None:
+    loaded = {p.name: _load(p) for p in sorted((base / which).iterdir())
+              if (p / "risks.csv.gz").exists()}
+    groups = sorted({n.rsplit("-", 1)[0] for n in loaded})
+    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    for label, config in variants.items():
+        print(f"\n== {label}: {config}")
+        pooled = {"c": 0.0, "p": 0.0, "t": 0.0, "f": 0.0, "nd": 0.0}
+        for g in groups:
+            tot = dict.fromkeys(pooled, 0.0)
+            for name, (trace, rows) in loaded.items():
+                if name.rsplit("-", 1)[0] != g:
+                    continue
+                rep = evaluate(trace, alerts_for(rows, config))
+                tot["c"] += rep.caught_with_precursor
+                tot["p"] += rep.failures_with_precursor
+                tot["t"] += rep.true_episodes
+                tot["f"] += rep.false_episodes
+                tot["nd"] += rep.node_days
+            for k in pooled:
+                pooled[k] += tot[k]
+            print(f"  {g:24s} {tot['c']:.0f}/{tot['p']:.0f} "
+                  f"{tot['t'] / max(tot['t'] + tot['f'], 1):.2f} "
+                  f"{tot['f'] / tot['nd'] * 1000:.1f}  ({tot['f']:.0f} false)")
+        print(f"  {'pooled':24s} {pooled['c']:.0f}/{pooled['p']:.0f} "
+              f"{pooled['t'] / max(pooled['t'] + pooled['f'], 1):.2f} "
+              f"{pooled['f'] / pooled['nd'] * 1000:.1f}  ({pooled['f']:.0f} false)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=("cache", "sweep"),
+                   help="cache: backtest once and keep risks; sweep: replay policies on them")
+    p.add_argument("dir", type=Path, help="where the cached risks live")
+    p.add_argument("--set", dest="which", choices=("validation", "suites"), default="validation",
+                   help="fresh seeds (choose a policy on these) or the five suites (report)")
+    p.add_argument("--model", default=None, help="skops model path (default: the shipped one)")
+    p.add_argument("--jobs", type=int, default=2, help="traces scored at once (cache)")
+    p.add_argument("--variant", action="append", default=None,
+                   help="policy variant to sweep, by name (repeatable; default: all)")
+    a = p.parse_args()
+    if a.action == "cache":
+        cache(a.dir, a.which, a.model, a.jobs)
+    else:
+        sweep(a.dir, a.which, a.variant)
+
+
+if __name__ == "__main__":
+    main()
