@@ -127,7 +127,7 @@ def build(engine: FeatureEngine, t: float, *, stale_s: float) -> Features:
     nominal = engine.interval_s or 30.0
     node = _node_frame(engine, t, stale_s, nominal)
     gpu = _gpu_frame(engine, t, stale_s, nominal, node)
-    link, aggregates = _link_frame(engine, t, stale_s)
+    link, aggregates, explained = _link_frame(engine, t, stale_s)
     gpu_agg = _gpu_node_aggregates(engine, t, stale_s)
     aggregates = aggregates.join(gpu_agg, how="outer") if len(aggregates) else gpu_agg
     if len(aggregates):
@@ -159,7 +159,7 @@ def build(engine: FeatureEngine, t: float, *, stale_s: float) -> Features:
         dtype=np.float64))
     node = engine.sustained.add_to("node", node, t)
     link = engine.sustained.add_to("link", link, t)
-    return Features(t=t, gpu=gpu, node=node, link=link)
+    return Features(t=t, gpu=gpu, node=node, link=link, explained=explained)
 
 
 def _share(values: pd.Series | None, test: Callable[[np.ndarray], np.ndarray]) -> float:
@@ -325,12 +325,13 @@ def _node_frame(engine: FeatureEngine, t: float, stale_s: float,
 
 
 def _link_frame(engine: FeatureEngine, t: float,
-                stale_s: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+                stale_s: float) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     w = engine.links.windows(t)
     live = np.flatnonzero(w.last_ts >= t - stale_s)
     columns = ["src", "dst", "node", "peer", *LINK_FEATURES]
     if len(live) == 0:
-        return pd.DataFrame(columns=columns), pd.DataFrame()
+        return pd.DataFrame(columns=columns), pd.DataFrame(), pd.DataFrame(
+            columns=[*LINK_AGGREGATES, "peer"])
     keys = np.asarray(engine.links.keys.index, dtype=np.int64)[live]
     src, dst = keys // 1_000_000, keys % 1_000_000
     bw, lat = _log(w.mean[live, :, 0], 1.0), _log(w.mean[live, :, 1], 1e-9)
@@ -340,15 +341,9 @@ def _link_frame(engine: FeatureEngine, t: float,
         "lat_z": robust_z(lat[:, 0], floor=0.05),
         "lat_trend_z": robust_z(lat[:, 0] - lat[:, 2], floor=0.05),
     }
-    both = pd.DataFrame({"code": np.r_[src, dst], **{k: np.r_[v, v] for k, v in f.items()}})
-    g = both.groupby("code")
-    agg = pd.DataFrame({
-        "link_bw_med_z": g["bw_z"].median(), "link_bw_min_z": g["bw_z"].min(),
-        "link_bw_trend_med_z": g["bw_trend_z"].median(),
-        "link_bw_trend_min_z": g["bw_trend_z"].min(),
-        "link_lat_med_z": g["lat_z"].median(), "link_lat_max_z": g["lat_z"].max(),
-        "link_lat_trend_med_z": g["lat_trend_z"].median(),
-    })
+    both = pd.DataFrame({"code": np.r_[src, dst], "peer": np.r_[dst, src],
+                         **{k: np.r_[v, v] for k, v in f.items()}})
+    agg = _link_aggregates(both)
     med_src = agg["link_bw_med_z"].reindex(src).to_numpy()
     med_dst = agg["link_bw_med_z"].reindex(dst).to_numpy()
     # A degraded NIC drags down every link of its node; point the link at the worse endpoint.
@@ -361,5 +356,71 @@ def _link_frame(engine: FeatureEngine, t: float,
     names = engine.node_names.names
     link = pd.DataFrame({"src": names(src), "dst": names(dst), "node": names(node_code),
                          "peer": names(peer_code), **f}).reindex(columns=columns)
+    explained = _explained_by_peer(both, agg)
     agg.index = pd.Index(names(agg.index.to_numpy(dtype=np.int64)), name="node")
-    return link, agg
+    explained.index = pd.Index(names(explained.index.to_numpy(dtype=np.int64)), name="node")
+    explained["peer"] = names(explained["peer"].to_numpy(dtype=np.int64))
+    return link, agg, explained
+
+
+def _link_aggregates(both: pd.DataFrame) -> pd.DataFrame:
+    """Per node (``code``): its links' median and extreme robust z (``LINK_AGGREGATES``)."""
+    g = both.groupby("code")
+    return pd.DataFrame({
+        "link_bw_med_z": g["bw_z"].median(), "link_bw_min_z": g["bw_z"].min(),
+        "link_bw_trend_med_z": g["bw_trend_z"].median(),
+        "link_bw_trend_min_z": g["bw_trend_z"].min(),
+        "link_lat_med_z": g["lat_z"].median(), "link_lat_max_z": g["lat_z"].max(),
+        "link_lat_trend_med_z": g["lat_trend_z"].median(),
+    })
+
+
+LINK_AGGREGATES: tuple[str, ...] = (
+    "link_bw_med_z", "link_bw_min_z", "link_bw_trend_med_z", "link_bw_trend_min_z",
+    "link_lat_med_z", "link_lat_max_z", "link_lat_trend_med_z")
+"""The node features made from its links (``_link_aggregates``)."""
+
+
+PEER_BLAME_Z = 3.0
+"""How degraded (robust z of its links' median bandwidth or latency) a peer must be before the
+links to it stop counting against a node: the bar of ``slow_link_nodes_besides``."""
+
+
+def _slowness(frame: pd.DataFrame, bw: str, lat: str) -> np.ndarray:
+    return np.fmax(-frame[bw].to_numpy(dtype=np.float64), frame[lat].to_numpy(dtype=np.float64))
+
+
+def _explained_by_peer(both: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
+    """Nodes whose links read slow only because of a worse peer: ``LINK_AGGREGATES`` without
+    the links to such peers, and the worst of those peers (``peer``, a node code).
+
+    A probe measures a path with two ends. A node whose NIC degrades drags down every link to
+    it, and a node that probes it sees those links slow through no fault of its own: where a
+    node has few probe peers (a ring, two links to the same partner) that is half its links, and
+    it was blamed with the failing one (on held-out fleets, 8 of 20 false episodes were the ring
+    partner of a failing NIC, read slow at z 2-3 on half its links). A link stops counting
+    against a node when the peer is clearly slow (``PEER_BLAME_Z``, its links' median) and
+    slower than the node. A node whose every link is so explained is not: its whole
+    neighbourhood is slow (a switch, not a peer)."""
+    empty = pd.DataFrame(columns=[*LINK_AGGREGATES, "peer"])
+    codes, peers = both["code"].to_numpy(), both["peer"].to_numpy()
+    slow = pd.Series(_slowness(agg, "link_bw_med_z", "link_lat_med_z"), index=agg.index)
+    out, blamed = empty, np.zeros(len(both), dtype=bool)
+    # Twice: the second time a peer is judged as explained itself, so the healthy neighbours of
+    # a node slow only through a failing NIC next to it are not explained away in turn.
+    for _ in range(2):
+        own = slow.reindex(codes).to_numpy()
+        peer = slow.reindex(peers).to_numpy()
+        blamed = peer > np.fmax(np.nan_to_num(own, nan=-np.inf), PEER_BLAME_Z)
+        if not blamed.any():
+            return empty
+        after = _link_aggregates(both[~blamed])
+        cand = np.unique(codes[blamed])
+        out = after.loc[cand[np.isin(cand, after.index.to_numpy())]].copy()
+        slow = pd.Series(_slowness(agg, "link_bw_med_z", "link_lat_med_z"), index=agg.index)
+        slow.loc[out.index] = _slowness(out, "link_bw_med_z", "link_lat_med_z")
+    if not len(out):
+        return empty
+    worst = pd.Series(peer[blamed], index=peers[blamed]).groupby(codes[blamed]).idxmax()
+    out["peer"] = worst.reindex(out.index).to_numpy()
+    return out

@@ -82,6 +82,11 @@ class Features:
     silent: dict[str, float] = field(default_factory=dict)
     """Nodes still within ``STALE_AFTER_S`` whose newest GPU or node row is older than
     ``SILENT_AFTER_S`` (or 3 sampling intervals): node -> seconds since that row."""
+    explained: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Indexed by node: nodes whose links read slow only towards a worse peer (``peer``), with
+    their link aggregates (``feature_frames.LINK_AGGREGATES``) left without those links. The
+    feature frames keep the aggregates as the models were trained on them; the scorer puts these
+    in their place (``predictor.scorer.explain_away``)."""
 
 
 def _xid_class(codes: np.ndarray) -> np.ndarray:

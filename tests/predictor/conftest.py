@@ -187,3 +187,27 @@ def cli() -> typer.Typer:
     if "backtest" not in names:
         api_cli._register_all()
     return api_cli.app
+
+
+def probe_trace(slow: set[str], from_h: float, nodes: int = 16,
+                offsets: tuple[int, ...] = (1, 3), bw: float = 0.8) -> FleetTrace:
+    """A fleet whose nodes each probe the next one and the one three ahead (``offsets``); from
+    ``from_h`` on, every probe from or to a node of ``slow`` takes 3x as long (and moves ``bw``
+    of the bandwidth)."""
+    trace = make_trace(Spec(nodes=nodes, gpus=2, with_links=False))
+    rng = np.random.default_rng(3)
+    names = list(trace.meta.nodes)
+    t = np.arange(trace.meta.start, trace.meta.end, 60.0)
+    rows = []
+    for ts in t:
+        for i, src in enumerate(names):
+            for off in offsets:
+                dst = names[(i + off) % nodes]
+                hit = ts >= trace.meta.start + from_h * 3600 and bool({src, dst} & slow)
+                rows.append((ts + 1.0, src, dst, 2.4e10 * (bw if hit else 1.0)
+                             * np.exp(rng.normal(0, 0.02)),
+                             2e-6 * (3.0 if hit else 1.0) * np.exp(rng.normal(0, 0.05))))
+    links = pd.DataFrame(rows, columns=["ts", "src", "dst", "net.link.bandwidth",
+                                        "net.link.latency"])
+    return FleetTrace(meta=trace.meta, gpu=trace.gpu, node=trace.node, links=links,
+                      events=trace.events, failures=trace.failures)

@@ -12,7 +12,8 @@ from collector.fleet_trace import FleetTrace
 from predictor.feature_frames import GPU_FEATURES, LINK_FEATURES, NODE_FEATURES
 from predictor.features import FeatureEngine
 from predictor.replay import replay
-from tests.predictor.conftest import T0, Spec, make_trace
+from predictor.scorer import explain_away
+from tests.predictor.conftest import T0, Spec, make_trace, probe_trace
 
 
 def _features_at(trace: FleetTrace, hours: float, *, every_s: float = 300.0):
@@ -135,32 +136,10 @@ def test_straggler_and_bad_nic_stand_out_from_the_job() -> None:
     assert link.loc[("n002", "n003"), "node"] == "n002"
 
 
-def _with_latency(slow: set[str], from_h: float, nodes: int = 16) -> FleetTrace:
-    """A fleet whose nodes each probe the next one and the one three ahead; from ``from_h`` on,
-    every probe from or to a node of ``slow`` takes 3x as long (and moves 20% less)."""
-    trace = make_trace(Spec(nodes=nodes, gpus=2, with_links=False))
-    rng = np.random.default_rng(3)
-    names = list(trace.meta.nodes)
-    t = np.arange(trace.meta.start, trace.meta.end, 60.0)
-    rows = []
-    for ts in t:
-        for i, src in enumerate(names):
-            for off in (1, 3):
-                dst = names[(i + off) % nodes]
-                hit = ts >= trace.meta.start + from_h * 3600 and bool({src, dst} & slow)
-                rows.append((ts + 1.0, src, dst, 2.4e10 * (0.8 if hit else 1.0)
-                             * np.exp(rng.normal(0, 0.02)),
-                             2e-6 * (3.0 if hit else 1.0) * np.exp(rng.normal(0, 0.05))))
-    links = pd.DataFrame(rows, columns=["ts", "src", "dst", "net.link.bandwidth",
-                                        "net.link.latency"])
-    return FleetTrace(meta=trace.meta, gpu=trace.gpu, node=trace.node, links=links,
-                      events=trace.events, failures=trace.failures)
-
-
 def test_latency_shared_by_a_rack_counts_other_nodes_and_a_lone_bad_nic_does_not() -> None:
     rack = {"n004", "n005", "n006"}  # a leaf switch's nodes, or a rack's
-    shared = _features_at(_with_latency(rack, 2.0), 2.5)
-    lone = _features_at(_with_latency({"n005"}, 2.0), 2.5)
+    shared = _features_at(probe_trace(rack, 2.0), 2.5)
+    lone = _features_at(probe_trace({"n005"}, 2.0), 2.5)
     for feats in (shared, lone):  # the slow node's own links stand out either way
         assert feats.node.set_index("node").loc["n005", "link_lat_med_z"] > 3
     node = shared.node.set_index("node")
@@ -173,6 +152,34 @@ def test_latency_shared_by_a_rack_counts_other_nodes_and_a_lone_bad_nic_does_not
         assert len(on) and (on["slow_lat_nodes_besides"] == feats.node.set_index("node").loc[
             "n005", "slow_lat_nodes_besides"]).all()
     assert (lone.link[lone.link["node"] == "n005"]["slow_lat_nodes_besides"] == 0).all()
+
+
+def test_a_failing_nic_is_not_blamed_on_the_partner_that_probes_it_twice() -> None:
+    # A ring with each node's opposite as its second peer: n005 probes n001 and n001 probes
+    # n005, so half of n005's links run to n001, whose NIC fails.
+    feats = _features_at(probe_trace({"n001"}, 2.0, nodes=8, offsets=(1, 4), bw=0.4), 2.5)
+    node = feats.node.set_index("node")
+    assert node.loc["n001", "link_bw_med_z"] < -5 and node.loc["n001", "link_lat_med_z"] > 5
+    # The features stay as the models were trained on them: n005 reads slow there ...
+    assert node.loc["n005", "link_bw_med_z"] < -3
+    # ... and is explained by n001: without the links to it, n005's links are healthy.
+    ex = feats.explained
+    assert sorted(ex.index) == ["n000", "n002", "n005"] and set(ex["peer"]) == {"n001"}
+    assert (ex[["link_bw_med_z", "link_lat_med_z"]].abs() < 3).all(axis=None)
+    node_frame, link_frame = explain_away(feats)
+    scored = node_frame.set_index("node")
+    assert abs(scored.loc["n005", "link_bw_med_z"]) < 3
+    assert scored.loc["n001", "link_bw_med_z"] == node.loc["n001", "link_bw_med_z"]
+    on = link_frame[link_frame["node"] == "n005"]
+    assert len(on) and (on["node_bw_med_z"].abs() < 3).all()
+    link = feats.link.set_index(["src", "dst"])
+    assert link.loc[("n005", "n001"), "node"] == "n001"
+    assert link.loc[("n001", "n005"), "node"] == "n001"
+    # Slow links between slow nodes (a rack behind one leaf switch) leave each of them slow.
+    rack = ["n004", "n005", "n006"]
+    wide = _features_at(probe_trace(set(rack), 2.0, offsets=(1, 8), bw=0.4), 2.5)
+    for frame in (wide.node, explain_away(wide)[0]):
+        assert (frame.set_index("node").loc[rack, "link_lat_med_z"] > 3).all()
 
 
 def test_missing_columns_and_files_give_nan_features_not_errors() -> None:

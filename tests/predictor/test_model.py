@@ -16,7 +16,7 @@ from predictor.model import DEFAULT_MODEL_PATH, FitConfig, ModelFormatError, Ris
 from predictor.scorer import Scorer
 from predictor.train_default import MEMBERS
 from predictor.training import fit_traces
-from tests.predictor.conftest import T0, Spec, make_trace, tiny_traces
+from tests.predictor.conftest import T0, Spec, make_trace, probe_trace, tiny_traces
 
 
 def _risks(model, spec: Spec, hours: float, kind: str):
@@ -163,6 +163,15 @@ def test_shipped_model_reads_a_rack_warming_together_as_the_room_not_a_fan() -> 
 def test_shipped_model_reads_a_node_hot_from_a_heavier_job_as_healthy() -> None:
     # n001's GPUs draw 200 W more from 4 h on and run 15 C hotter for it: more work, not a fan.
     assert _node_alerts(Spec(nodes=8, hours=7.0, heavy_node=("n001", 4.0, 200.0))).empty
+
+
+def test_shipped_model_blames_a_failing_nic_not_the_partner_that_probes_it() -> None:
+    # Each node probes its ring neighbour and its opposite, so half of n005's probes run to and
+    # from n001, whose NIC fails from 2 h on. Only n001 is to drain.
+    trace = probe_trace({"n001"}, 2.0, nodes=8, offsets=(1, 4), bw=0.4)
+    alerts = run(trace, RiskModel.load()).alerts
+    assert set(alerts["node"]) == {"n001"}
+    assert alerts["ts"].min() <= T0 + 3.0 * 3600
 
 
 def test_a_column_only_the_last_fleet_exports_does_not_break_fitting() -> None:
