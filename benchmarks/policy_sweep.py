@@ -38,7 +38,7 @@ from predictor.scorer import Scorer, load_model
 sys.path.insert(0, str(Path(__file__).parent))
 import alt_generator
 import third_generator
-from backtest import BASE, suite_makers
+from backtest import BASE, _leads, suite_makers
 
 Maker = Callable[[], FleetTrace]
 
@@ -157,28 +157,36 @@ def sweep(base: Path, which: str, names: list[str] | None) -> None:
               if (p / "risks.csv.gz").exists()}
     groups = sorted({n.rsplit("-", 1)[0] for n in loaded})
     variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    print("recall (precursor) / precision / false per 1,000 node-days (median lead)")
     for label, config in variants.items():
         print(f"\n== {label}: {config}")
-        pooled = {"c": 0.0, "p": 0.0, "t": 0.0, "f": 0.0, "nd": 0.0}
+        pooled: dict[str, float] = dict.fromkeys(("c", "p", "t", "f", "nd"), 0.0)
+        pooled_leads: list[float] = []
         for g in groups:
             tot = dict.fromkeys(pooled, 0.0)
+            leads: list[float] = []
             for name, (trace, rows) in loaded.items():
                 if name.rsplit("-", 1)[0] != g:
                     continue
-                rep = evaluate(trace, alerts_for(rows, config))
+                alerts = alerts_for(rows, config)
+                rep = evaluate(trace, alerts)
                 tot["c"] += rep.caught_with_precursor
                 tot["p"] += rep.failures_with_precursor
                 tot["t"] += rep.true_episodes
                 tot["f"] += rep.false_episodes
                 tot["nd"] += rep.node_days
+                leads += _leads(trace, alerts)
             for k in pooled:
                 pooled[k] += tot[k]
-            print(f"  {g:24s} {tot['c']:.0f}/{tot['p']:.0f} "
-                  f"{tot['t'] / max(tot['t'] + tot['f'], 1):.2f} "
-                  f"{tot['f'] / tot['nd'] * 1000:.1f}  ({tot['f']:.0f} false)")
-        print(f"  {'pooled':24s} {pooled['c']:.0f}/{pooled['p']:.0f} "
-              f"{pooled['t'] / max(pooled['t'] + pooled['f'], 1):.2f} "
-              f"{pooled['f'] / pooled['nd'] * 1000:.1f}  ({pooled['f']:.0f} false)")
+            pooled_leads += leads
+            print(f"  {g:24s} {_line(tot, leads)}")
+        print(f"  {'pooled':24s} {_line(pooled, pooled_leads)}")
+
+
+def _line(tot: dict[str, float], leads: list[float]) -> str:
+    lead = f"{np.median(leads) / 60:.0f} min" if leads else "-"
+    return (f"{tot['c']:.0f}/{tot['p']:.0f} {tot['t'] / max(tot['t'] + tot['f'], 1):.2f} "
+            f"{tot['f'] / tot['nd'] * 1000:.1f} ({lead}; {tot['f']:.0f} false)")
 
 
 def main() -> None:
