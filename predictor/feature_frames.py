@@ -386,13 +386,15 @@ PEER_BLAME_Z = 3.0
 links to it stop counting against a node: the bar of ``slow_link_nodes_besides``."""
 
 
-def _slowness(frame: pd.DataFrame, bw: str, lat: str) -> np.ndarray:
-    return np.fmax(-frame[bw].to_numpy(dtype=np.float64), frame[lat].to_numpy(dtype=np.float64))
+def _slowness(agg: pd.DataFrame) -> np.ndarray:
+    """How slow each node's links read: the worse of its median bandwidth and latency z."""
+    return np.fmax(-agg["link_bw_med_z"].to_numpy(dtype=np.float64),
+                   agg["link_lat_med_z"].to_numpy(dtype=np.float64))
 
 
 def _explained_by_peer(both: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
-    """Nodes whose links read slow only because of a worse peer: ``LINK_AGGREGATES`` without
-    the links to such peers, and the worst of those peers (``peer``, a node code).
+    """Nodes with links to a worse, clearly slow peer: their ``LINK_AGGREGATES`` without those
+    links, and the worst such peer (``peer``, a node code).
 
     A probe measures a path with two ends. A node whose NIC degrades drags down every link to
     it, and a node that probes it sees those links slow through no fault of its own: where a
@@ -404,8 +406,8 @@ def _explained_by_peer(both: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
     neighbourhood is slow (a switch, not a peer)."""
     empty = pd.DataFrame(columns=[*LINK_AGGREGATES, "peer"])
     codes, peers = both["code"].to_numpy(), both["peer"].to_numpy()
-    slow = pd.Series(_slowness(agg, "link_bw_med_z", "link_lat_med_z"), index=agg.index)
-    out, blamed = empty, np.zeros(len(both), dtype=bool)
+    slow = pd.Series(_slowness(agg), index=agg.index)
+    out, peer, blamed = empty, np.zeros(len(both)), np.zeros(len(both), dtype=bool)
     # Twice: the second time a peer is judged as explained itself, so the healthy neighbours of
     # a node slow only through a failing NIC next to it are not explained away in turn.
     for _ in range(2):
@@ -417,8 +419,8 @@ def _explained_by_peer(both: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
         after = _link_aggregates(both[~blamed])
         cand = np.unique(codes[blamed])
         out = after.loc[cand[np.isin(cand, after.index.to_numpy())]].copy()
-        slow = pd.Series(_slowness(agg, "link_bw_med_z", "link_lat_med_z"), index=agg.index)
-        slow.loc[out.index] = _slowness(out, "link_bw_med_z", "link_lat_med_z")
+        slow = pd.Series(_slowness(agg), index=agg.index)
+        slow.loc[out.index] = _slowness(out)
     if not len(out):
         return empty
     worst = pd.Series(peer[blamed], index=peers[blamed]).groupby(codes[blamed]).idxmax()

@@ -97,10 +97,11 @@ LINK_NODE_COLUMNS: dict[str, str] = {"node_bw_med_z": "link_bw_med_z",
 
 
 def explain_away(feats: Features) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The node and link frames with ``feats.explained`` in place: a node slow only towards a
-    worse peer is scored on its other links, as the node it would be without that peer (the
-    models never learnt who is to blame for a path: a node probed by a failing NIC reads like
-    one; on held-out fleets that was 8 of 20 false episodes)."""
+    """The node and link frames with ``feats.explained`` in place: a node with links to a worse,
+    clearly slow peer is scored on its other links, as the node it would be without that peer,
+    and never as worse than on all of them (the models never learnt who is to blame for a path:
+    a node probed by a failing NIC reads like one; on held-out fleets that was 8 of 20 false
+    episodes)."""
     ex = feats.explained
     if not len(ex):
         return feats.node, feats.link
