@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 
 from collector.fleet_trace import FleetTrace, TraceMeta
+from predictor.backtest import run
 from predictor.evaluate import evaluate
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.hysteresis import AlertPolicy, PolicyConfig
-from predictor.replay import DEFAULT_EVERY_S, replay
-from predictor.scorer import Scorer, load_model
+from predictor.scorer import load_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import alt_generator
@@ -66,25 +66,6 @@ def _suite_makers() -> dict[str, Maker]:
     return out
 
 
-def _top_rows(trace: FleetTrace, model_spec: str | None) -> pd.DataFrame:
-    model = load_model(model_spec)
-    scorer = Scorer(model)
-    bare = FleetTrace(meta=trace.meta, gpu=trace.gpu, node=trace.node, links=trace.links,
-                      events=trace.events, failures=None)
-    parts = []
-    for feats in replay(bare, every_s=DEFAULT_EVERY_S):
-        risks = scorer.score(feats)
-        if not len(risks):
-            continue
-        order = np.argsort(-risks["risk"].to_numpy(dtype=np.float64), kind="stable")
-        top = risks.iloc[order].drop_duplicates("node", keep="first")
-        parts.append(pd.DataFrame({"ts": feats.t, "node": top["node"].to_numpy(),
-                                   "kind": top["kind"].to_numpy(), "gpu": top["gpu"].to_numpy(),
-                                   "peer": top["peer"].to_numpy(),
-                                   "risk": top["risk"].to_numpy()}))
-    return pd.concat(parts, ignore_index=True)
-
-
 def _makers(which: str) -> dict[str, Maker]:
     return _validation() if which == "validation" else _suite_makers()
 
@@ -95,7 +76,7 @@ def _cache_one(args: tuple[str, str, Path, str | None]) -> str:
     if (path / "risks.csv.gz").exists():
         return f"{name}: cached"
     trace = _makers(which)[name]()
-    rows = _top_rows(trace, model_spec)
+    rows = run(trace, load_model(model_spec)).timeline  # the row per node the policy reads
     path.mkdir(parents=True, exist_ok=True)
     assert trace.failures is not None
     trace.failures.to_csv(path / "failures.csv", index=False)

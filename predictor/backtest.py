@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from collector.fleet_trace import FleetTrace
@@ -20,6 +21,7 @@ from predictor.replay import DEFAULT_EVERY_S, replay, ticks
 from predictor.scorer import Model, Scorer
 
 ALERT_COLUMNS: tuple[str, ...] = ("ts", "node", "gpu", "kind", "score", "reason")
+TIMELINE_COLUMNS: tuple[str, ...] = ("ts", "node", "kind", "gpu", "peer", "risk")
 
 @dataclass(frozen=True, kw_only=True)
 class BacktestResult:
@@ -28,7 +30,8 @@ class BacktestResult:
     alerts: pd.DataFrame
     """``ALERT_COLUMNS``; ``gpu`` is -1 for link and node alerts."""
     timeline: pd.DataFrame
-    """``ts,node,risk``: each node's highest entity risk at every tick (for plots)."""
+    """``ts,node,kind,gpu,peer,risk``: each node's riskiest entity at every tick, the row the
+    alert policy reads (for plots, and for replaying other policies without scoring again)."""
     model_version: str
     ticks: int
 
@@ -60,14 +63,16 @@ def run(trace: FleetTrace, model: Model, *, every_s: float = DEFAULT_EVERY_S,
             rows.append((tr.ts, tr.node, -1 if tr.gpu is None else tr.gpu, tr.kind,
                          round(tr.risk, 4), where + "; ".join(tr.signals)))
         if len(risks):
-            top = risks.groupby("node", sort=False)["risk"].max()
-            timeline.append(pd.DataFrame({"ts": feats.t, "node": top.index, "risk": top.values}))
+            order = np.argsort(-risks["risk"].to_numpy(dtype=np.float64), kind="stable")
+            top = risks.iloc[order].drop_duplicates("node", keep="first")
+            timeline.append(top[list(TIMELINE_COLUMNS[1:])].assign(ts=feats.t)[
+                list(TIMELINE_COLUMNS)])
         if progress is not None:
             progress(i + 1, total)
     frame = pd.DataFrame(rows, columns=list(ALERT_COLUMNS))
     frame = frame.sort_values(["ts", "node"], kind="stable").reset_index(drop=True)
     tl = pd.concat(timeline, ignore_index=True) if timeline else pd.DataFrame(
-        columns=["ts", "node", "risk"])
+        columns=list(TIMELINE_COLUMNS))
     return BacktestResult(alerts=frame, timeline=tl, model_version=model.version,
                           ticks=total)
 
