@@ -406,8 +406,9 @@ def _explained_by_peer(both: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
     neighbourhood is slow (a switch, not a peer)."""
     empty = pd.DataFrame(columns=[*LINK_AGGREGATES, "peer"])
     codes, peers = both["code"].to_numpy(), both["peer"].to_numpy()
-    slow = pd.Series(_slowness(agg), index=agg.index)
-    out, peer, blamed = empty, np.zeros(len(both)), np.zeros(len(both), dtype=bool)
+    first = pd.Series(_slowness(agg), index=agg.index)
+    slow, out = first, empty
+    peer, blamed = np.zeros(len(both)), np.zeros(len(both), dtype=bool)
     # Twice: the second time a peer is judged as explained itself, so the healthy neighbours of
     # a node slow only through a failing NIC next to it are not explained away in turn.
     for _ in range(2):
@@ -419,7 +420,7 @@ def _explained_by_peer(both: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
         after = _link_aggregates(both[~blamed])
         cand = np.unique(codes[blamed])
         out = after.loc[cand[np.isin(cand, after.index.to_numpy())]].copy()
-        slow = pd.Series(_slowness(agg), index=agg.index)
+        slow = first.copy()
         slow.loc[out.index] = _slowness(out)
     if not len(out):
         return empty
