@@ -2,8 +2,9 @@
 
 An alert is a state. A node's alert opens when its riskiest entity has stayed at or above
 ``fire_at`` for ``persist_s`` seconds (at once above ``fire_now_at`` once the risk has stood at
-or above ``slow_at`` for ``fire_now_hold_s``, or after an hour at or above the lower ``slow_at``:
-a weak signal that never lets go) and resolves once the
+or above ``slow_at`` for ``fire_now_hold_s``; after 25 minutes at or above the middle lane's
+``mid_at``: a risk that climbs slowly towards a failure less than an hour away; or after an hour
+at or above the lower ``slow_at``: a weak signal that never lets go) and resolves once the
 risk has stayed below ``resolve_below`` for ``resolve_after_s``, or when the node stops
 reporting. The alert keeps naming the entity it opened for, so a node gets one alert per
 episode however many of its GPUs and links join in. Times are seconds, so the same policy
@@ -47,14 +48,25 @@ class PolicyConfig:
     fires too (a weak signal that never lets go). None disables it."""
     slow_persist_s: float = 3600.0
     """How long the risk must hold above ``slow_at``."""
+    mid_at: float | None = 0.35
+    """A middle lane between the slow one and ``fire_at``: a node whose risk stays at or above
+    this for ``mid_persist_s`` fires too. A short precursor (under an hour) often lifts the risk
+    a little at a time, 0.3-0.5 for half an hour before it crosses ``fire_at``, too late for
+    ``persist_s`` and too short for the slow lane. Chosen with ``benchmarks/policy_sweep.py``
+    on the shipped model: 0.30-0.40 for 20-30 minutes all add catches on the five suites and no
+    false episode on the fresh-seed fleets (predictor/README.md). None disables it."""
+    mid_persist_s: float = 1500.0
+    """How long the risk must hold at or above ``mid_at``."""
     resolve_below: float = 0.15
     """Risk below which a firing node starts to count towards resolving."""
     resolve_after_s: float = 1800.0
     """How long the risk must stay below ``resolve_below`` to resolve."""
 
     def __post_init__(self) -> None:
-        if self.slow_at is not None and not 0.0 <= self.slow_at <= 1.0:
-            raise ValueError(f"policy.slow_at={self.slow_at} must be within [0, 1]")
+        for name in ("slow_at", "mid_at"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise ValueError(f"policy.{name}={v} must be within [0, 1]")
         for name in ("fire_at", "fire_now_at", "resolve_below"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
@@ -62,7 +74,8 @@ class PolicyConfig:
         if self.resolve_below > self.fire_at:
             raise ValueError(f"policy.resolve_below={self.resolve_below} must be <= "
                              f"fire_at={self.fire_at}")
-        for name in ("fire_now_hold_s", "persist_s", "slow_persist_s", "resolve_after_s"):
+        for name in ("fire_now_hold_s", "persist_s", "slow_persist_s", "mid_persist_s",
+                     "resolve_after_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"policy.{name}={getattr(self, name)} must be >= 0")
 
@@ -94,6 +107,7 @@ class Transition:
 @dataclass(kw_only=True)
 class _NodeState:
     above_since: float | None = None
+    mid_since: float | None = None
     slow_since: float | None = None
     below_since: float | None = None
     firing: dict[str, object] | None = None
@@ -115,20 +129,15 @@ class AlertPolicy:
             st = self.nodes.setdefault(node, _NodeState())
             risk = float(row["risk"])  # type: ignore[arg-type]
             if st.firing is None:
-                if cfg.slow_at is not None and risk >= cfg.slow_at:
-                    st.slow_since = t if st.slow_since is None else st.slow_since
-                else:
-                    st.slow_since = None
-                slow_fires = st.slow_since is not None and t - st.slow_since >= cfg.slow_persist_s
-                if risk < cfg.fire_at and not slow_fires:
-                    st.above_since = None
-                    continue
-                if risk >= cfg.fire_at:
-                    st.above_since = t if st.above_since is None else st.above_since
+                st.slow_since = _since(st.slow_since, cfg.slow_at, risk, t)
+                st.mid_since = _since(st.mid_since, cfg.mid_at, risk, t)
+                st.above_since = _since(st.above_since, cfg.fire_at, risk, t)
                 held = cfg.slow_at is None or (st.slow_since is not None
                                                and t - st.slow_since >= cfg.fire_now_hold_s)
-                if ((risk >= cfg.fire_now_at and held) or slow_fires
-                        or (st.above_since is not None and t - st.above_since >= cfg.persist_s)):
+                fire_now = risk >= max(cfg.fire_now_at, cfg.fire_at) and held
+                if fire_now or any(since is not None and t - since >= need for since, need in (
+                        (st.above_since, cfg.persist_s), (st.mid_since, cfg.mid_persist_s),
+                        (st.slow_since, cfg.slow_persist_s))):
                     st.firing = dict(row)
                     st.below_since = None
                     out.append(_transition("fire", t, node, row))
@@ -158,6 +167,14 @@ class AlertPolicy:
 
     def firing(self) -> list[str]:
         return [n for n, st in self.nodes.items() if st.firing is not None]
+
+
+def _since(since: float | None, level: float | None, risk: float, t: float) -> float | None:
+    """When a lane's risk started to stand at or above ``level`` (None: it does not now, or the
+    lane is off)."""
+    if level is None or risk < level:
+        return None
+    return t if since is None else since
 
 
 def _riskiest_per_node(risks: pd.DataFrame) -> dict[str, dict[str, object]]:

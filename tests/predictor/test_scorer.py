@@ -147,6 +147,27 @@ def test_a_weak_risk_that_never_lets_go_fires_after_an_hour() -> None:
     assert not any(off.step(_frame([("a", 0, 0.3)]), T0 + 300 * i) for i in range(30))
 
 
+def test_a_risk_that_climbs_slowly_fires_on_the_middle_lane() -> None:
+    # A short precursor: the risk stands at 0.4-0.5 for half an hour, under fire_at (0.55) and
+    # far short of the slow lane's hour. It fires after 25 min in the middle lane, not after.
+    climb = [0.4, 0.45, 0.45, 0.5, 0.5, 0.5, 0.5, 0.5]
+    policy = AlertPolicy()
+    fired = [(i, tr.action) for i, r in enumerate(climb)
+             for tr in policy.step(_frame([("a", 0, r)]), T0 + 300 * i)]
+    assert fired[0] == (5, "fire")  # 0, 5, ..., 25 min
+    # Without the middle lane the same climb raises nothing in its 35 minutes ...
+    off = AlertPolicy(config=PolicyConfig(mid_at=None))
+    assert not any(off.step(_frame([("a", 0, r)]), T0 + 300 * i) for i, r in enumerate(climb))
+    # ... and one tick under mid_at restarts the middle lane's clock (0.3: still the slow lane).
+    dipped = AlertPolicy()
+    dip = [0.4, 0.4, 0.4, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4]
+    assert not any(dipped.step(_frame([("a", 0, r)]), T0 + 300 * i) for i, r in enumerate(dip))
+    with pytest.raises(ValueError, match="mid_at"):
+        PolicyConfig(mid_at=1.2)
+    with pytest.raises(ValueError, match="mid_persist_s"):
+        PolicyConfig(mid_persist_s=-5.0)
+
+
 def test_an_open_alert_keeps_the_signals_that_last_drove_it() -> None:
     # Risks under the explain threshold come with no signals; the alert, still open on its
     # hysteresis, must not go out to on-call as "top signals: none".
