@@ -43,17 +43,22 @@ from backtest import BASE, _leads, suite_makers
 Maker = Callable[[], FleetTrace]
 
 
-def _validation() -> dict[str, Maker]:
-    """Fresh seeds of each generator, outside training (1000-1329) and the suites' seeds."""
+def _validation(rounds: int = 1) -> dict[str, Maker]:
+    """Fresh seeds of each generator, outside training (1000-1329) and the suites' seeds: ten
+    fleets a round (ours 70-72, alt 570-572, third 770-773 in the first; the next round takes
+    the seeds after those, at the same intervals and sizes)."""
     out: dict[str, Maker] = {}
-    for i, iv in enumerate((30.0, 15.0, 60.0)):
-        out[f"ours-{70 + i}"] = lambda i=i, iv=iv: generate_trace(
-            GeneratorConfig(seed=70 + i, **{**BASE, "interval_s": iv}))  # type: ignore[arg-type]
-        out[f"alt-{570 + i}"] = lambda i=i, iv=iv: alt_generator.generate(
-            seed=570 + i, nodes=48, days=2.0, interval_s=iv)
-    for i, iv in enumerate((15.0, 30.0, 60.0, 15.0)):
-        out[f"third-{770 + i}"] = lambda i=i, iv=iv: third_generator.generate(
-            seed=770 + i, nodes=(32, 48)[i % 2], days=2.0, interval_s=iv)
+    for r in range(rounds):
+        for i, iv in enumerate((30.0, 15.0, 60.0)):
+            s = 3 * r + i
+            out[f"ours-{70 + s}"] = lambda s=s, iv=iv: generate_trace(
+                GeneratorConfig(seed=70 + s, **{**BASE, "interval_s": iv}))  # type: ignore[arg-type]
+            out[f"alt-{570 + s}"] = lambda s=s, iv=iv: alt_generator.generate(
+                seed=570 + s, nodes=48, days=2.0, interval_s=iv)
+        for i, iv in enumerate((15.0, 30.0, 60.0, 15.0)):
+            s = 4 * r + i
+            out[f"third-{770 + s}"] = lambda s=s, i=i, iv=iv: third_generator.generate(
+                seed=770 + s, nodes=(32, 48)[i % 2], days=2.0, interval_s=iv)
     return out
 
 
@@ -66,16 +71,16 @@ def _suite_makers() -> dict[str, Maker]:
     return out
 
 
-def _makers(which: str) -> dict[str, Maker]:
-    return _validation() if which == "validation" else _suite_makers()
+def _makers(which: str, rounds: int = 1) -> dict[str, Maker]:
+    return _validation(rounds) if which == "validation" else _suite_makers()
 
 
-def _cache_one(args: tuple[str, str, Path, str | None]) -> str:
-    which, name, out, model_spec = args  # names, not makers, cross to the worker processes
+def _cache_one(args: tuple[str, int, str, Path, str | None]) -> str:
+    which, rounds, name, out, model_spec = args  # names, not makers, cross to the workers
     path = out / name
     if (path / "risks.csv.gz").exists():
         return f"{name}: cached"
-    trace = _makers(which)[name]()
+    trace = _makers(which, rounds)[name]()
     rows = run(trace, load_model(model_spec)).timeline  # the row per node the policy reads
     path.mkdir(parents=True, exist_ok=True)
     assert trace.failures is not None
@@ -88,10 +93,10 @@ def _cache_one(args: tuple[str, str, Path, str | None]) -> str:
     return f"{name}: {len(rows)} rows"
 
 
-def cache(out: Path, which: str, model_spec: str | None, jobs: int) -> None:
+def cache(out: Path, which: str, model_spec: str | None, jobs: int, rounds: int = 1) -> None:
     base = out / which
     base.mkdir(parents=True, exist_ok=True)
-    jobs_ = [(which, n, base, model_spec) for n in _makers(which)]
+    jobs_ = [(which, rounds, n, base, model_spec) for n in _makers(which, rounds)]
     with ProcessPoolExecutor(jobs) as pool:
         for line in pool.map(_cache_one, jobs_):
             print(line, flush=True)
@@ -129,6 +134,11 @@ VARIANTS: dict[str, PolicyConfig] = {
     "persist 10 min": PolicyConfig(persist_s=600.0),
     "fire from 0.5": PolicyConfig(fire_at=0.5),
     "slow lane after 45 min": PolicyConfig(slow_persist_s=2700.0),
+    "no middle lane": PolicyConfig(mid_at=None),
+    "middle lane at 0.30": PolicyConfig(mid_at=0.30),
+    "middle lane at 0.40": PolicyConfig(mid_at=0.40),
+    "middle lane after 20 min": PolicyConfig(mid_persist_s=1200.0),
+    "middle lane after 30 min": PolicyConfig(mid_persist_s=1800.0),
 }
 """Policies compared by ``sweep``: the default and one change to it each."""
 
@@ -180,11 +190,14 @@ def main() -> None:
                    help="fresh seeds (choose a policy on these) or the five suites (report)")
     p.add_argument("--model", default=None, help="skops model path (default: the shipped one)")
     p.add_argument("--jobs", type=int, default=2, help="traces scored at once (cache)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="validation: rounds of ten fresh fleets to cache (each round the next "
+                        "seeds of each generator); sweep pools whatever is cached")
     p.add_argument("--variant", action="append", default=None,
                    help="policy variant to sweep, by name (repeatable; default: all)")
     a = p.parse_args()
     if a.action == "cache":
-        cache(a.dir, a.which, a.model, a.jobs)
+        cache(a.dir, a.which, a.model, a.jobs, a.rounds)
     else:
         sweep(a.dir, a.which, a.variant)
 
