@@ -4,10 +4,10 @@ A burst of replays or corrected errors that stops by itself, a rack's cooling ev
 stall all push the instantaneous features as hard as a part that is failing; what sets the
 failing part apart is that its signal *stays*. ``SustainedHistory`` keeps a snapshot of selected
 features per entity every ``SNAPSHOT_S`` seconds and gives, for each, the least alarming value it
-took over the last ``WINDOW_S`` (the minimum of a "more is worse" feature, the maximum of a
-"less is worse" one). An entity missing from a snapshot, or a history shorter than the window
-(a fresh start, a restarted service), counts as healthy (0), so the feature never claims that a
-signal held for longer than it was seen.
+took over the last ``WINDOW_S`` (or over its ``SHORT_WINDOWS_S``): the minimum of a "more is
+worse" feature, the maximum of a "less is worse" one. An entity missing from a snapshot, or a
+history shorter than the window (a fresh start, a restarted service), counts as healthy (0), so
+the feature never claims that a signal held for longer than it was seen.
 """
 
 from __future__ import annotations
@@ -38,7 +38,15 @@ SUSTAINED: dict[str, dict[str, tuple[str, int]]] = {
     },
     "link": {"bw_z_held_1h": ("bw_z", -1), "lat_z_held_1h": ("lat_z", 1)},
 }
+SUSTAINED["gpu"]["err_rise_held_15m"] = ("err_rise_5m", 1)
 """Per entity kind: sustained feature -> (source feature, its direction: +1 more is worse)."""
+
+SHORT_WINDOWS_S: dict[str, float] = {"err_rise_held_15m": 900.0}
+"""Sustained features held over less than ``WINDOW_S``. Error growth that has held for 15
+minutes: most bursts that pass are over by then (a few minutes in the third generator, 1-30 in
+ours), while a precursor under an hour long needs a warning well before its hour is up (the
+alt generator's GPU precursors run 40-55 minutes, and errors at 20x their 6-h rate read 0.2-0.45
+until the hour had passed)."""
 
 
 def entity_keys(kind: str, frame: pd.DataFrame) -> pd.Index:
@@ -79,12 +87,19 @@ class SustainedHistory:
                      if ts > t - WINDOW_S]
         # Signed so that "worse" is always larger: the least alarming value is then a minimum.
         sign = np.array([d for _, d in spec.values()], dtype=np.float64)
+        window = np.array([SHORT_WINDOWS_S.get(name, WINDOW_S) for name in spec])
         stack = [cur.to_numpy() * sign]
-        for _, v in in_window:
-            stack.append(np.nan_to_num(v.reindex(cur.index).to_numpy() * sign, nan=0.0))
-        covered = bool(in_window) and in_window[0][0] <= t - WINDOW_S + 2 * SNAPSHOT_S
-        if not covered:
-            stack.append(np.zeros_like(stack[0]))
+        for ts, v in in_window:
+            # A snapshot older than a feature's window says nothing of it (+inf: never the min).
+            stack.append(np.where(ts > t - window, np.nan_to_num(
+                v.reindex(cur.index).to_numpy() * sign, nan=0.0), np.inf))
+        # A history that does not reach back over a feature's window claims nothing (0) for it:
+        # to within two snapshots of an hour, within one and a half of a shorter window (with two,
+        # 15 minutes would be claimed from one snapshot 5 minutes old).
+        oldest = np.array([min((ts for ts, _ in in_window if ts > t - w), default=np.inf)
+                           for w in window])
+        reach = window - np.where(window < WINDOW_S, 1.5, 2.0) * SNAPSHOT_S
+        stack.append(np.where(oldest <= t - reach, np.inf, 0.0) * np.ones_like(stack[0]))
         with np.errstate(invalid="ignore"):
             held = np.min(np.stack(stack), axis=0) * sign
         held[np.isnan(stack[0])] = np.nan

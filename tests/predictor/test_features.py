@@ -13,6 +13,7 @@ from predictor.feature_frames import GPU_FEATURES, LINK_FEATURES, NODE_FEATURES
 from predictor.features import FeatureEngine
 from predictor.replay import replay
 from predictor.scorer import explain_away
+from predictor.sustained import SUSTAINED
 from tests.predictor.conftest import T0, Spec, make_trace, probe_trace
 
 
@@ -202,8 +203,9 @@ def test_incremental_updates_match_one_batch() -> None:
         if feats.t >= t:
             break
     a, b = one.features(t).gpu, many.features(t).gpu
-    # Held-over-an-hour features depend on what was seen when (test_sustained.py covers them).
-    cols = [c for c in GPU_FEATURES if c != "stale_intervals" and not c.endswith("_held_1h")]
+    # Held features depend on what was seen when (test_sustained.py covers them).
+    held = {*SUSTAINED["gpu"], "err_held_1h"}
+    cols = [c for c in GPU_FEATURES if c != "stale_intervals" and c not in held]
     np.testing.assert_allclose(a[cols].to_numpy(dtype=float), b[cols].to_numpy(dtype=float),
                                rtol=1e-6, atol=1e-9)
 

@@ -59,3 +59,16 @@ def test_reading_more_often_than_snapshots_changes_nothing() -> None:
     fast = _run([6.0] * (14 * 10), every_s=SNAPSHOT_S / 10)
     assert slow.loc[0, "pcie_held_1h"] == fast.loc[0, "pcie_held_1h"] == 6.0
     assert _run([6.0] * (10 * 10), every_s=SNAPSHOT_S / 10).loc[0, "pcie_held_1h"] == 0.0
+
+
+def test_error_growth_held_for_15_minutes_outlasts_a_burst_and_needs_no_hour() -> None:
+    # err_rise_5m reads pcie / 2 in these frames: 20 minutes of growth after 40 quiet ones.
+    grown = _run([0.0] * 8 + [7.0] * 5)
+    assert grown.loc[0, "err_rise_held_15m"] == 3.5
+    assert grown.loc[0, "err_rise_held_1h"] == 0.0  # an hour's floor still sees the quiet
+    # A burst of 5 minutes that has passed holds nothing, nor does one just begun.
+    assert _run([0.0] * 8 + [7.0] + [0.0] * 2).loc[0, "err_rise_held_15m"] == 0.0
+    assert _run([0.0] * 8 + [7.0] * 2).loc[0, "err_rise_held_15m"] == 0.0
+    # A history of 5 minutes claims nothing; 10 minutes of snapshots (15 of signal) does.
+    assert _run([7.0] * 2).loc[0, "err_rise_held_15m"] == 0.0
+    assert _run([7.0] * 3).loc[0, "err_rise_held_15m"] == 3.5
