@@ -53,8 +53,9 @@ class PolicyConfig:
     this for ``mid_persist_s`` fires too. A short precursor (under an hour) often lifts the risk
     a little at a time, 0.3-0.5 for half an hour before it crosses ``fire_at``, too late for
     ``persist_s`` and too short for the slow lane. Chosen with ``benchmarks/policy_sweep.py``
-    on the shipped model: 0.30-0.40 for 20-30 minutes all add catches on the five suites and no
-    false episode on the fresh-seed fleets (predictor/README.md). None disables it."""
+    on 30 fresh-seed fleets and the five suites: of 0.30-0.40 held for 20-30 minutes, 0.35 for
+    25 minutes adds catches on both sets and no false episode on either (predictor/README.md has
+    the sweep). None disables it."""
     mid_persist_s: float = 1500.0
     """How long the risk must hold at or above ``mid_at``."""
     resolve_below: float = 0.15
