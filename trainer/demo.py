@@ -64,7 +64,7 @@ class DemoConfig:
     The demo compresses a degradation of hours into a minute, so it compresses the service's
     15-minute persistence too; without it only the fire-at-once lane (risk >= 0.85) could flag
     the node in time, and the one-minute ramp need not reach it (the shipped model fires on it
-    at 0.69)."""
+    at 0.62)."""
     timeout_s: float = 175.0
     keep_dir: Path | None = None
     """Keep the run's store, logs and checkpoints here instead of deleting them."""
