@@ -49,6 +49,12 @@ class Spec:
     """(node, from h): every GPU of the node runs into its power cap from then on."""
     always_capped: str | None = None
     """A node whose GPUs run into their power cap all along (healthy, just hungry)."""
+    nvlink_storm: tuple[str, int, float, float, float] | None = None
+    """(node, gpu, from h, failure h, peak per h): NVLink CRC errors that grow from nothing to
+    the peak rate, then XID 74 and the GPU fails (a short precursor, under an hour)."""
+    nvlink_burst: tuple[str, int, float, float, float] | None = None
+    """(node, gpu, from h, minutes, per h): NVLink CRC errors at a steady rate for a few
+    minutes, then none (a burst that passes)."""
     drop_columns: tuple[str, ...] = ()
     with_node: bool = True
     with_links: bool = True
@@ -96,6 +102,18 @@ def make_trace(spec: Spec) -> FleetTrace:
         node, gpu = spec.benign_sbe
         sbe[:, names.index(node), gpu] += rng.poisson(
             spec.benign_sbe_per_h * spec.interval_s / 3600, steps)
+    crc = np.zeros(shape)
+    if spec.nvlink_storm:
+        node, gpu, h0, h1, peak = spec.nvlink_storm
+        on = (hours >= h0) & (hours < h1)
+        frac = np.clip((hours - h0) / max(h1 - h0, 1e-9), 0, 1)
+        crc[on, names.index(node), gpu] += rng.poisson(peak * frac[on] * spec.interval_s / 3600)
+        events.append((T0 + h1 * 3600, node, gpu, "xid", 74))
+        failures.append((T0 + h1 * 3600, node, gpu, "gpu", (h1 - h0) * 3600))
+    if spec.nvlink_burst:
+        node, gpu, h0, minutes, per_h = spec.nvlink_burst
+        on = (hours >= h0) & (hours < h0 + minutes / 60)
+        crc[on, names.index(node), gpu] += rng.poisson(per_h * spec.interval_s / 3600, on.sum())
     cum = np.cumsum(sbe, axis=0)
     if spec.reset_at_h is not None:
         s0 = int(spec.reset_at_h * 3600 / spec.interval_s)
@@ -112,6 +130,7 @@ def make_trace(spec: Spec) -> FleetTrace:
         "gpu.ecc.sbe": cum[mask],
         "gpu.ecc.dbe": np.zeros(mask.sum()),
         "gpu.pcie.replay": np.zeros(mask.sum()),
+        "gpu.nvlink.crc_errors": np.cumsum(crc, axis=0)[mask],
     })
     if spec.power_capped or spec.always_capped:
         capped = np.zeros(shape)

@@ -12,6 +12,7 @@ import skops.io as sio
 
 from predictor.backtest import run
 from predictor.features import FeatureEngine
+from predictor.hysteresis import PolicyConfig
 from predictor.model import DEFAULT_MODEL_PATH, FitConfig, ModelFormatError, RiskModel
 from predictor.scorer import Scorer
 from predictor.train_default import MEMBERS
@@ -172,6 +173,24 @@ def test_shipped_model_blames_a_failing_nic_not_the_partner_that_probes_it() -> 
     alerts = run(trace, RiskModel.load()).alerts
     assert set(alerts["node"]) == {"n001"}
     assert alerts["ts"].min() <= T0 + 3.0 * 3600
+
+
+@pytest.mark.parametrize("peak_per_h", [1000.0, 2000.0])
+def test_shipped_model_warns_of_a_short_precursor_but_not_of_a_burst(peak_per_h: float) -> None:
+    # NVLink CRC errors on n001's GPU 2 grow from nothing to the peak rate over the 45 minutes
+    # before it fails (XID 74); n004's GPU 1 has the peak rate for 10 minutes, then none. The
+    # model shipped before read 0.43-0.83 over the storm's last 30 minutes and, without the
+    # middle lane, missed it (1,000/h) or alerted in the failure's last minute (2,000/h).
+    spec = Spec(nodes=8, hours=6.0, nvlink_storm=("n001", 2, 5.0, 5.75, peak_per_h),
+                nvlink_burst=("n004", 1, 3.0, 10.0, peak_per_h))
+    failure = T0 + 5.75 * 3600
+    trace = make_trace(spec)
+    for policy in (PolicyConfig(), PolicyConfig(mid_at=None)):
+        alerts = run(trace, RiskModel.load(), policy=policy).alerts
+        assert set(alerts["node"]) == {"n001"}
+        first = alerts.iloc[0]
+        assert first["gpu"] == 2
+        assert first["ts"] <= failure - 600  # ten minutes to checkpoint and drain
 
 
 def test_a_column_only_the_last_fleet_exports_does_not_break_fitting() -> None:
