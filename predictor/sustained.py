@@ -28,7 +28,7 @@ SUSTAINED: dict[str, dict[str, tuple[str, int]]] = {
         "nvlink_held_1h": ("nvlink_rate_5m", 1), "temp_dev_held_1h": ("temp_dev", 1),
         "clock_dev_held_1h": ("clock_dev", -1),
         "throttle_thermal_held_1h": ("throttle_thermal_5m", 1),
-        "err_rise_held_1h": ("err_rise_5m", 1),
+        "err_rise_held_1h": ("err_rise_5m", 1), "err_rise_held_15m": ("err_rise_5m", 1),
     },
     "node": {
         "step_z_held_1h": ("step_z", 1), "compute_z_held_1h": ("compute_z", 1),
@@ -38,7 +38,6 @@ SUSTAINED: dict[str, dict[str, tuple[str, int]]] = {
     },
     "link": {"bw_z_held_1h": ("bw_z", -1), "lat_z_held_1h": ("lat_z", 1)},
 }
-SUSTAINED["gpu"]["err_rise_held_15m"] = ("err_rise_5m", 1)
 """Per entity kind: sustained feature -> (source feature, its direction: +1 more is worse)."""
 
 SHORT_WINDOWS_S: dict[str, float] = {"err_rise_held_15m": 900.0}
