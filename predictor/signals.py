@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from predictor.sustained import SUSTAINED
+from predictor.sustained import SHORT_WINDOWS_S, SUSTAINED, WINDOW_S
 
 _COUNTER_LABELS = {
     "sbe": "ECC single-bit errors", "dbe": "ECC double-bit errors",
@@ -80,7 +80,9 @@ _HELD = {name: source for kind in SUSTAINED.values() for name, (source, _) in ki
 def describe(feature: str, value: float) -> str:
     """``ECC single-bit errors 42/h over 1h`` and the like."""
     if feature in _HELD:
-        return f"{describe(_HELD[feature], value)}, held for the last hour"
+        held_s = SHORT_WINDOWS_S.get(feature, WINDOW_S)
+        span = "hour" if held_s == 3600.0 else f"{held_s / 60:.0f} minutes"
+        return f"{describe(_HELD[feature], value)}, held for the last {span}"
     for key, label in _COUNTER_LABELS.items():
         prefix = f"{key}_rate_"
         if feature.startswith(prefix):

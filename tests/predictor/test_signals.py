@@ -1,7 +1,7 @@
 import numpy as np
 import pandas as pd
 
-from predictor.signals import explain
+from predictor.signals import describe, explain
 
 
 def _risk(x: pd.DataFrame) -> np.ndarray:
@@ -75,3 +75,12 @@ def test_a_feature_on_its_good_side_is_not_named() -> None:
     [unguided] = explain(risk_fn, x, risk_fn(x), baseline, above=0.2, top=3)
     # Without directions the faster clock would be named too.
     assert unguided == ("ECC single-bit errors 147/h over 1h", "SM clock +5% vs node peers")
+
+
+def test_a_held_signal_says_how_long_it_has_held() -> None:
+    # Error growth at 10.8x its 6-h rate: held for 15 minutes is not held for the hour, and an
+    # operator deciding whether to drain reads the difference.
+    ratio = float(np.log(10.8))
+    assert describe("err_rise_held_15m", ratio).endswith(", held for the last 15 minutes")
+    assert describe("err_rise_held_1h", ratio).endswith(", held for the last hour")
+    assert "10.8x" in describe("err_rise_held_15m", ratio)
