@@ -33,6 +33,7 @@ from predictor.backtest import run
 from predictor.evaluate import evaluate
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.hysteresis import AlertPolicy, PolicyConfig
+from predictor.replay import DEFAULT_EVERY_S
 from predictor.scorer import load_model
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -75,13 +76,13 @@ def _makers(which: str, rounds: int = 1) -> dict[str, Maker]:
     return _validation(rounds) if which == "validation" else _suite_makers()
 
 
-def _cache_one(args: tuple[str, int, str, Path, str | None]) -> str:
-    which, rounds, name, out, model_spec = args  # names, not makers, cross to the workers
+def _cache_one(args: tuple[str, int, str, Path, str | None, float]) -> str:
+    which, rounds, name, out, model_spec, every_s = args  # names, not makers, cross to workers
     path = out / name
     if (path / "risks.csv.gz").exists():
         return f"{name}: cached"
     trace = _makers(which, rounds)[name]()
-    rows = run(trace, load_model(model_spec)).timeline  # the row per node the policy reads
+    rows = run(trace, load_model(model_spec), every_s=every_s).timeline  # what the policy reads
     path.mkdir(parents=True, exist_ok=True)
     assert trace.failures is not None
     trace.failures.to_csv(path / "failures.csv", index=False)
@@ -93,10 +94,11 @@ def _cache_one(args: tuple[str, int, str, Path, str | None]) -> str:
     return f"{name}: {len(rows)} rows"
 
 
-def cache(out: Path, which: str, model_spec: str | None, jobs: int, rounds: int = 1) -> None:
+def cache(out: Path, which: str, model_spec: str | None, jobs: int, rounds: int = 1,
+          every_s: float = DEFAULT_EVERY_S) -> None:
     base = out / which
     base.mkdir(parents=True, exist_ok=True)
-    jobs_ = [(which, rounds, n, base, model_spec) for n in _makers(which, rounds)]
+    jobs_ = [(which, rounds, n, base, model_spec, every_s) for n in _makers(which, rounds)]
     with ProcessPoolExecutor(jobs) as pool:
         for line in pool.map(_cache_one, jobs_):
             print(line, flush=True)
@@ -193,11 +195,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1,
                    help="validation: rounds of ten fresh fleets to cache (each round the next "
                         "seeds of each generator); sweep pools whatever is cached")
+    p.add_argument("--every", type=float, default=DEFAULT_EVERY_S,
+                   help="cache: scoring period in trace seconds (the service scores every 30)")
     p.add_argument("--variant", action="append", default=None,
                    help="policy variant to sweep, by name (repeatable; default: all)")
     a = p.parse_args()
     if a.action == "cache":
-        cache(a.dir, a.which, a.model, a.jobs, a.rounds)
+        cache(a.dir, a.which, a.model, a.jobs, a.rounds, a.every)
     else:
         sweep(a.dir, a.which, a.variant)
 
