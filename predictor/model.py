@@ -35,10 +35,14 @@ LEAD_EDGES = np.array([0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0001])
 DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "default.skops"
 SERIAL_BELOW_ROWS = 512
 """Batches smaller than this are scored on one OpenMP thread. Boosted trees open a parallel
-region per tree, so a small batch spends its time at barriers: 32 GPUs took 37 ms on two threads
-and 4.7 ms on one (256 rows: 7.6 vs 8.6 ms; 16,384: 136 vs 253 ms). On a busy host it is worse:
-a thread descheduled at a barrier stalls the rest, and a 6-h, 8-node backtest took 83 s beside
-two busy processes on two cores, against 19 s on one thread (8.5 s on an idle host)."""
+region per tree, and a thread descheduled at a barrier stalls the rest: beside one busy process
+on two cores, every OpenMP thread took 6.4x as long as one thread for 32 GPUs and 3.8x for 256
+(beside two, 10-11x; a 6-h, 8-node backtest took 83 s there, 12 s with this limit, 8.5 s on an
+idle host). Idle, a small batch gains nothing from threads (32 rows 4.8 vs 4.3 ms, 256 rows 7.5 vs
+7.9) and a large one does (1,024 rows 13 vs 18 ms, 16,384 rows 123 vs 228), so larger batches
+keep every thread; on a host shared with other busy work, ``OMP_NUM_THREADS=1`` is the better
+setting at every size (16,384 rows beside one busy process: 220 ms on one thread, 598 on two).
+``benchmarks/small_batches.py`` prints these side by side."""
 
 
 @cache
