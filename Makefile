@@ -3,6 +3,8 @@
 VENV ?= .venv
 # Parallel test processes (pytest-xdist): two suit a two-core machine; 0 runs them in one process.
 # Tests marked `serial` (a prediction racing an injected failure in real time) run alone after.
+# The parallel ones run one OpenMP thread per worker: two workers with two threads each on two
+# cores stall at every parallel region (benchmarks/small_batches.py: 2.7-11x slower scoring).
 TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -25,7 +27,7 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) -m "not serial"
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/pytest -n $(TEST_WORKERS) -m "not serial"
 	$(VENV)/bin/pytest -m serial
 
 lint: $(STAMP)
