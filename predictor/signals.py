@@ -81,7 +81,7 @@ def describe(feature: str, value: float) -> str:
     """``ECC single-bit errors 42/h over 1h`` and the like."""
     if feature in _HELD:
         held_s = SHORT_WINDOWS_S.get(feature, WINDOW_S)
-        span = "hour" if held_s == 3600.0 else f"{held_s / 60:.0f} minutes"
+        span = "hour" if held_s == WINDOW_S else f"{held_s / 60:.0f} minutes"
         return f"{describe(_HELD[feature], value)}, held for the last {span}"
     for key, label in _COUNTER_LABELS.items():
         prefix = f"{key}_rate_"
