@@ -131,8 +131,14 @@ def alerts_for(rows: pd.DataFrame, config: PolicyConfig) -> pd.DataFrame:
 
 VARIANTS: dict[str, PolicyConfig] = {
     "default": PolicyConfig(),
-    "no fire-now hold": PolicyConfig(fire_now_hold_s=0.0),
-    "fire at once from 0.8": PolicyConfig(fire_now_at=0.8),
+    "the round before's: at once from 0.85 after 5 min, no quick lane": PolicyConfig(
+        fire_now_at=0.85, fire_now_hold_s=300.0, quick_at=None),
+    "at once from 0.85 after 5 min": PolicyConfig(fire_now_at=0.85, fire_now_hold_s=300.0),
+    "at once from 0.9": PolicyConfig(fire_now_at=0.9),
+    "at once from 0.95": PolicyConfig(fire_now_at=0.95),
+    "no quick lane": PolicyConfig(quick_at=None),
+    "quick lane at 0.60": PolicyConfig(quick_at=0.60),
+    "quick lane at 0.70": PolicyConfig(quick_at=0.70),
     "persist 10 min": PolicyConfig(persist_s=600.0),
     "fire from 0.5": PolicyConfig(fire_at=0.5),
     "slow lane after 45 min": PolicyConfig(slow_persist_s=2700.0),

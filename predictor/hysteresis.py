@@ -1,10 +1,12 @@
 """When to open and resolve alerts: hysteresis, minimum persistence and one alert per node.
 
 An alert is a state. A node's alert opens when its riskiest entity has stayed at or above
-``fire_at`` for ``persist_s`` seconds (at once above ``fire_now_at`` once the risk has stood at
-or above ``slow_at`` for ``fire_now_hold_s``; after 25 minutes at or above the middle lane's
-``mid_at``: a risk that climbs slowly towards a failure less than an hour away; or after an hour
-at or above the lower ``slow_at``: a weak signal that never lets go) and resolves once the
+``fire_at`` for ``persist_s`` seconds. Other lanes trade level for time: at once above
+``fire_now_at`` (optionally only once the risk has stood at or above ``slow_at`` for
+``fire_now_hold_s``); after 10 minutes at or above the quick lane's ``quick_at``: the last
+minutes of a short precursor; after 25 minutes at or above the middle lane's ``mid_at``: a risk
+that climbs slowly towards a failure less than an hour away; or after an hour at or above the
+lower ``slow_at``: a weak signal that never lets go. It resolves once the
 risk has stayed below ``resolve_below`` for ``resolve_after_s``, or when the node stops
 reporting. The alert keeps naming the entity it opened for, so a node gets one alert per
 episode however many of its GPUs and links join in. Times are seconds, so the same policy
@@ -29,20 +31,27 @@ class PolicyConfig:
 
     fire_at: float = 0.55
     """Risk at or above which a node becomes a candidate."""
-    fire_now_at: float = 0.85
-    """Risk at or above which a node fires without waiting for persistence. 0.85 for the shipped
-    average of three models, whose mean stops below a single model's top; the figures of
-    predictor/README.md are measured with it (lower values bring the third generator's error
-    bursts back as false episodes)."""
-    fire_now_hold_s: float = 300.0
+    fire_now_at: float = 0.92
+    """Risk at or above which a node fires without waiting for persistence. The shipped average
+    of three models, whose mean stops below a single model's top, reaches it in the last minutes
+    of a short precursor (an ECC storm whose risk leaps from 0.1 to 0.96 within one 5-min tick);
+    lower values bring the third generator's error bursts back as false episodes."""
+    fire_now_hold_s: float = 0.0
     """How long the risk must already have stood at or above ``slow_at`` before ``fire_now_at``
-    fires at once (0: at the first tick; ignored without ``slow_at``). One backtest tick: a risk
-    that leaps from nothing to near-certain and is gone at the next tick is, more often than not,
-    a single slow round of link probes or a burst of errors. Measured with
-    ``benchmarks/policy_sweep.py`` (the shipped model): false episodes on the fresh-seed fleets
-    8 -> 6 and on the five suites 15 -> 14, every catch kept."""
+    fires at once (0: at the first tick; ignored without ``slow_at``). Off since ``fire_now_at``
+    went from 0.85 to 0.92: a hold of one 5-min tick kept out leaps from nothing to 0.85-0.9 (a
+    slow round of link probes, a burst of errors), which 0.92 keeps out by itself, and it cost
+    the short precursors whose risk leaps in their last minutes (``benchmarks/policy_sweep.py``;
+    predictor/README.md has the figures)."""
     persist_s: float = 900.0
     """How long a candidate must stay at or above ``fire_at`` before firing."""
+    quick_at: float | None = 0.65
+    """A quick lane above ``fire_at``: a node whose risk stays at or above this for
+    ``quick_persist_s`` fires too. A short precursor's risk often stands at 0.65-0.85 for its
+    last 10-15 minutes, too late for ``persist_s``; a burst that passes rarely holds it for 10.
+    None disables it."""
+    quick_persist_s: float = 600.0
+    """How long the risk must hold at or above ``quick_at``."""
     slow_at: float | None = 0.25
     """A second, slow lane: a node whose risk stays at or above this for ``slow_persist_s``
     fires too (a weak signal that never lets go). None disables it."""
@@ -64,7 +73,7 @@ class PolicyConfig:
     """How long the risk must stay below ``resolve_below`` to resolve."""
 
     def __post_init__(self) -> None:
-        for name in ("slow_at", "mid_at"):
+        for name in ("slow_at", "mid_at", "quick_at"):
             v = getattr(self, name)
             if v is not None and not 0.0 <= v <= 1.0:
                 raise ValueError(f"policy.{name}={v} must be within [0, 1]")
@@ -75,17 +84,19 @@ class PolicyConfig:
         if self.resolve_below > self.fire_at:
             raise ValueError(f"policy.resolve_below={self.resolve_below} must be <= "
                              f"fire_at={self.fire_at}")
-        for name in ("fire_now_hold_s", "persist_s", "slow_persist_s", "mid_persist_s",
-                     "resolve_after_s"):
+        for name in ("fire_now_hold_s", "persist_s", "quick_persist_s", "slow_persist_s",
+                     "mid_persist_s", "resolve_after_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"policy.{name}={getattr(self, name)} must be >= 0")
 
     def overridden(self, *, fire_at: float | None = None,
                    persist_s: float | None = None) -> PolicyConfig:
         """This policy with a user's ``fire_at`` / ``persist_s`` (None keeps the default); an
-        alert still resolves only below the new ``fire_at``."""
+        alert still resolves only below the new ``fire_at``, and the quick lane never opens one
+        below it."""
         fire = self.fire_at if fire_at is None else fire_at
-        return replace(self, fire_at=fire,
+        quick = None if self.quick_at is None else max(self.quick_at, fire)
+        return replace(self, fire_at=fire, quick_at=quick,
                        persist_s=self.persist_s if persist_s is None else persist_s,
                        resolve_below=min(self.resolve_below, fire))
 
@@ -108,6 +119,7 @@ class Transition:
 @dataclass(kw_only=True)
 class _NodeState:
     above_since: float | None = None
+    quick_since: float | None = None
     mid_since: float | None = None
     slow_since: float | None = None
     below_since: float | None = None
@@ -131,13 +143,15 @@ class AlertPolicy:
             risk = float(row["risk"])  # type: ignore[arg-type]
             if st.firing is None:
                 st.slow_since = _since(st.slow_since, cfg.slow_at, risk, t)
+                st.quick_since = _since(st.quick_since, cfg.quick_at, risk, t)
                 st.mid_since = _since(st.mid_since, cfg.mid_at, risk, t)
                 st.above_since = _since(st.above_since, cfg.fire_at, risk, t)
                 held = cfg.slow_at is None or (st.slow_since is not None
                                                and t - st.slow_since >= cfg.fire_now_hold_s)
                 fire_now = risk >= max(cfg.fire_now_at, cfg.fire_at) and held
                 if fire_now or any(since is not None and t - since >= need for since, need in (
-                        (st.above_since, cfg.persist_s), (st.mid_since, cfg.mid_persist_s),
+                        (st.above_since, cfg.persist_s), (st.quick_since, cfg.quick_persist_s),
+                        (st.mid_since, cfg.mid_persist_s),
                         (st.slow_since, cfg.slow_persist_s))):
                     st.firing = dict(row)
                     st.below_since = None

@@ -25,8 +25,8 @@ RULES_VERSION = "rules-2"
 SOFT_RISK = 0.9
 """Risk of a soft threshold: above ``RULES_POLICY.fire_at``, below its ``fire_now_at``."""
 
-RULES_POLICY = PolicyConfig(fire_at=0.5, fire_now_at=0.95, persist_s=600.0, slow_at=None,
-                            mid_at=None, resolve_below=0.5, resolve_after_s=900.0)
+RULES_POLICY = PolicyConfig(fire_at=0.5, fire_now_at=0.95, persist_s=600.0, quick_at=None,
+                            slow_at=None, mid_at=None, resolve_below=0.5, resolve_after_s=900.0)
 """Hard faults alarm at once; soft thresholds must hold 10 min (``for: 10m``); an alert clears
 15 min after its last rule stopped matching."""
 

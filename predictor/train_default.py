@@ -138,7 +138,8 @@ MEMBERS: tuple[Member, ...] = (Member(0, TRAIN_SEED_BASE, 0),
 1300-1329); the shipped model averages the three. One model's quirks raise false episodes that
 the others do not share: on the independently written generators the average cut them by a
 quarter to two fifths, on our own it changed nothing (predictor/README.md). Averaging also
-pulls the top of the risk scale down, so the policy fires at once from 0.85, not 0.9."""
+pulls the top of the risk scale down, which the policy's fire-at-once level (0.92, with no
+hold) allows for."""
 
 
 def training_traces(count: int, slow: int = 0, member: Member = MEMBERS[0]) -> Iterator[FleetTrace]:

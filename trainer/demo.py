@@ -62,7 +62,7 @@ class DemoConfig:
     alert_persist_s: float = 6.0
     """How long the service's risk must hold at or above the alert threshold before it fires.
     The demo compresses a degradation of hours into a minute, so it compresses the service's
-    15-minute persistence too; without it only the fire-at-once lane (risk >= 0.85) could flag
+    15-minute persistence too; without it only the fire-at-once lane (risk >= 0.92) could flag
     the node in time, and the one-minute ramp need not reach it (the shipped model fires on it
     at 0.62)."""
     timeout_s: float = 175.0

@@ -52,17 +52,43 @@ def test_blip_below_persistence_never_fires_but_a_certain_risk_fires_at_once() -
     policy = AlertPolicy(config=PolicyConfig(persist_s=600))
     assert policy.step(_frame([("a", 0, 0.7)]), T0) == []
     assert policy.step(_frame([("a", 0, 0.1)]), T0 + 300) == []
-    # A leap from nothing to near-certain waits one tick (a slow probe round, a burst) ...
-    assert policy.step(_frame([("a", 0, 0.99)]), T0 + 600) == []
-    assert policy.step(_frame([("a", 0, 0.1)]), T0 + 900) == []
-    # ... and fires at once when the risk was already up a tick before.
-    assert policy.step(_frame([("a", 0, 0.3)]), T0 + 1200) == []
-    fired = policy.step(_frame([("a", 0, 0.99)]), T0 + 1500)
-    assert [tr.action for tr in fired] == ["fire"]
-    # Without the hold (or without a slow lane to measure it by) it fires at the first tick.
-    for config in (PolicyConfig(fire_now_hold_s=0.0), PolicyConfig(slow_at=None)):
-        policy = AlertPolicy(config=config)
-        assert [tr.action for tr in policy.step(_frame([("a", 0, 0.99)]), T0)] == ["fire"]
+    # Near-certain (>= fire_now_at, 0.92) fires at the first tick it is seen ...
+    assert policy.config.fire_now_at == 0.92
+    assert policy.step(_frame([("a", 0, 0.9)]), T0 + 600) == []
+    assert [tr.action for tr in policy.step(_frame([("a", 0, 0.95)]), T0 + 900)] == ["fire"]
+    # ... unless a hold is asked for: then a leap from nothing waits until the risk has stood
+    # at slow_at or above for that long (a single slow probe round, a burst that passes).
+    held = AlertPolicy(config=PolicyConfig(fire_now_hold_s=300.0))
+    assert held.step(_frame([("a", 0, 0.99)]), T0) == []
+    assert held.step(_frame([("a", 0, 0.1)]), T0 + 300) == []
+    assert held.step(_frame([("a", 0, 0.3)]), T0 + 600) == []
+    assert [tr.action for tr in held.step(_frame([("a", 0, 0.99)]), T0 + 900)] == ["fire"]
+    # Without a slow lane to measure the hold by, the hold cannot apply.
+    bare = AlertPolicy(config=PolicyConfig(fire_now_hold_s=300.0, slow_at=None))
+    assert [tr.action for tr in bare.step(_frame([("a", 0, 0.99)]), T0)] == ["fire"]
+
+
+def test_a_high_risk_fires_on_the_quick_lane_before_the_main_one() -> None:
+    # The last minutes of a short precursor: 0.7 fires after 10 min (quick lane at 0.65),
+    # 0.6 only after the main lane's 15 min, and a dip under 0.65 restarts the quick clock.
+    def first_fire(risks: list[float], config: PolicyConfig | None = None) -> int | None:
+        policy = AlertPolicy(config=config or PolicyConfig())
+        for i, r in enumerate(risks):
+            if policy.step(_frame([("a", 0, r)]), T0 + 300 * i):
+                return 5 * i
+        return None
+
+    assert first_fire([0.7] * 5) == 10
+    assert first_fire([0.6] * 5) == 15
+    assert first_fire([0.7, 0.7, 0.6, 0.7, 0.7, 0.7]) == 15  # the main lane, from 0 min
+    assert first_fire([0.7] * 5, PolicyConfig(quick_at=None)) == 15
+    # A user's stricter fire_at lifts the quick lane with it: no alert below their threshold.
+    strict = PolicyConfig().overridden(fire_at=0.8)
+    assert strict.quick_at == 0.8 and first_fire([0.7] * 5, strict) is None
+    with pytest.raises(ValueError, match="quick_at"):
+        PolicyConfig(quick_at=-0.1)
+    with pytest.raises(ValueError, match="quick_persist_s"):
+        PolicyConfig(quick_persist_s=-1.0)
 
 
 def test_one_alert_per_node_naming_the_first_riskiest_entity() -> None:
