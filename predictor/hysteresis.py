@@ -89,6 +89,14 @@ class PolicyConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"policy.{name}={getattr(self, name)} must be >= 0")
 
+    @property
+    def lanes(self) -> tuple[tuple[float | None, float], ...]:
+        """(level, hold) of each lane that fires on a risk held long enough: main, quick,
+        middle, slow (None: the lane is off). The slow lane comes last: ``fire_now_hold_s`` is
+        measured on it."""
+        return ((self.fire_at, self.persist_s), (self.quick_at, self.quick_persist_s),
+                (self.mid_at, self.mid_persist_s), (self.slow_at, self.slow_persist_s))
+
     def overridden(self, *, fire_at: float | None = None,
                    persist_s: float | None = None) -> PolicyConfig:
         """This policy with a user's ``fire_at`` / ``persist_s`` (None keeps the default); an
@@ -118,10 +126,8 @@ class Transition:
 
 @dataclass(kw_only=True)
 class _NodeState:
-    above_since: float | None = None
-    quick_since: float | None = None
-    mid_since: float | None = None
-    slow_since: float | None = None
+    since: tuple[float | None, ...] = ()
+    """Per lane of ``PolicyConfig.lanes``, since when the risk has stood at its level."""
     below_since: float | None = None
     firing: dict[str, object] | None = None
 
@@ -136,23 +142,21 @@ class AlertPolicy:
     def step(self, risks: pd.DataFrame, t: float) -> list[Transition]:
         """Transitions at ``t``: fires, updates of firing alerts, resolves."""
         cfg = self.config
+        lanes = cfg.lanes
         out: list[Transition] = []
         top = _riskiest_per_node(risks)
         for node, row in top.items():
             st = self.nodes.setdefault(node, _NodeState())
             risk = float(row["risk"])  # type: ignore[arg-type]
             if st.firing is None:
-                st.slow_since = _since(st.slow_since, cfg.slow_at, risk, t)
-                st.quick_since = _since(st.quick_since, cfg.quick_at, risk, t)
-                st.mid_since = _since(st.mid_since, cfg.mid_at, risk, t)
-                st.above_since = _since(st.above_since, cfg.fire_at, risk, t)
-                held = cfg.slow_at is None or (st.slow_since is not None
-                                               and t - st.slow_since >= cfg.fire_now_hold_s)
+                st.since = tuple(_since(since, level, risk, t) for since, (level, _) in
+                                 zip(st.since or (None,) * len(lanes), lanes, strict=True))
+                slow_since = st.since[-1]
+                held = cfg.slow_at is None or (slow_since is not None
+                                               and t - slow_since >= cfg.fire_now_hold_s)
                 fire_now = risk >= max(cfg.fire_now_at, cfg.fire_at) and held
-                if fire_now or any(since is not None and t - since >= need for since, need in (
-                        (st.above_since, cfg.persist_s), (st.quick_since, cfg.quick_persist_s),
-                        (st.mid_since, cfg.mid_persist_s),
-                        (st.slow_since, cfg.slow_persist_s))):
+                if fire_now or any(since is not None and t - since >= hold
+                                   for since, (_, hold) in zip(st.since, lanes, strict=True)):
                     st.firing = dict(row)
                     st.below_since = None
                     out.append(_transition("fire", t, node, row))
