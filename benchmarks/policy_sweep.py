@@ -131,7 +131,7 @@ def alerts_for(rows: pd.DataFrame, config: PolicyConfig) -> pd.DataFrame:
 
 VARIANTS: dict[str, PolicyConfig] = {
     "default": PolicyConfig(),
-    "the round before's: at once from 0.85 after 5 min, no quick lane": PolicyConfig(
+    "before the quick lane (853cb1b): at once from 0.85 after 5 min": PolicyConfig(
         fire_now_at=0.85, fire_now_hold_s=300.0, quick_at=None),
     "at once from 0.85 after 5 min": PolicyConfig(fire_now_at=0.85, fire_now_hold_s=300.0),
     "at once from 0.9": PolicyConfig(fire_now_at=0.9),
