@@ -60,7 +60,7 @@ FAILED_HOLD_S = 3600.0
 STALE_AFTER_S = 900.0
 """Entities without a row for this long (or 10 sampling intervals) are not scored."""
 
-SILENT_AFTER_S = 120.0
+SILENT_AFTER_S = 60.0
 """A node none of whose GPU or node rows is newer than this (or 3 sampling intervals) has gone
 silent: it is down, drained or cut off, and a warning raised on its last, stale features would
 come after the fact (see ``Features.silent``)."""

@@ -151,6 +151,18 @@ def test_a_node_that_has_gone_silent_is_not_warned_of_on_its_last_features(
     on_node = later[later["node"] == "n002"]
     assert len(on_node) and (on_node["risk"] == 0).all() and on_node["lead_s"].isna().all()
     assert all(s == ("silent: no sample for 10 min",) for s in on_node["signals"])
+    # Sampled every 15 s, a node quiet for 90 s has missed six samples: it went down with its
+    # failure, and a warning now would come after the fact.
+    fast = make_trace(Spec(seed=9, interval_s=15.0, ecc_ramp=("n002", 1, 2.0, 5.5)))
+    fast = replace(fast, gpu=fast.gpu[(fast.gpu["node"] != "n002") | (fast.gpu["ts"] <= cut)],
+                   node=fast.node[(fast.node["node"] != "n002") | (fast.node["ts"] <= cut)])
+    engine = FeatureEngine(interval_s=15.0)
+    engine.update(fast, cut + 30)
+    live = scorer.score(engine.features(cut + 30)).set_index(["kind", "node", "gpu"])
+    assert live.loc[("gpu", "n002", 1), "risk"] > 0.2
+    engine.update(fast, cut + 90)
+    gone = scorer.score(engine.features(cut + 90))
+    assert (gone[gone["node"] == "n002"]["risk"] == 0).all()
     # A node whose training hook stops while its GPUs keep reporting is still watched.
     hook_cut = replace(full, node=node[(node["node"] != "n002") | (node["ts"] <= cut)])
     engine = FeatureEngine(interval_s=30.0)
