@@ -62,11 +62,13 @@ NODE_FEATURES: dict[str, int] = {
     "node_throttle_power_rise": 1, "node_power_cv_rise": 1,
     "fleet_hot_frac": -1, "fleet_bw_low_frac": -1,
     "hot_nodes_besides": -1, "slow_link_nodes_besides": -1, "slow_lat_nodes_besides": -1,
+    "slow_probes_elsewhere": -1,
 }
 LINK_FEATURES: dict[str, int] = {
     "bw_z": -1, "bw_trend_z": -1, "lat_z": 1, "lat_trend_z": 1,
     "node_bw_med_z": -1, "node_bw_trend_med_z": -1, "node_lat_med_z": 1, "peer_bw_med_z": 0,
     "fleet_bw_low_frac": -1, "slow_link_nodes_besides": -1, "slow_lat_nodes_besides": -1,
+    "slow_probes_elsewhere": -1,
 }
 for _kind, _features in (("gpu", GPU_FEATURES), ("node", NODE_FEATURES), ("link", LINK_FEATURES)):
     _features.update({name: direction for name, (_, direction) in SUSTAINED[_kind].items()})
@@ -324,6 +326,11 @@ def _node_frame(engine: FeatureEngine, t: float, stale_s: float,
     return frame
 
 
+RECENT_LINKS_S = 600.0
+"""A node's link aggregates read the links probed in the last 10 minutes: with a rotating
+probe peer, most of its live links were probed long before a NIC began to fail (round 17)."""
+
+
 def _link_frame(engine: FeatureEngine, t: float,
                 stale_s: float) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     w = engine.links.windows(t)
@@ -341,9 +348,14 @@ def _link_frame(engine: FeatureEngine, t: float,
         "lat_z": robust_z(lat[:, 0], floor=0.05),
         "lat_trend_z": robust_z(lat[:, 0] - lat[:, 2], floor=0.05),
     }
+    recent = w.last_ts[live] >= t - RECENT_LINKS_S
     both = pd.DataFrame({"code": np.r_[src, dst], "peer": np.r_[dst, src],
+                         "recent": np.r_[recent, recent],
                          **{k: np.r_[v, v] for k, v in f.items()}})
+    # A node is read on its links probed lately; one without any keeps all its live ones.
+    both = both[both["recent"] | ~both.groupby("code")["recent"].transform("any")]
     agg = _link_aggregates(both)
+    agg["slow_probes_elsewhere"] = _slow_elsewhere(both, agg.index)
     med_src = agg["link_bw_med_z"].reindex(src).to_numpy()
     med_dst = agg["link_bw_med_z"].reindex(dst).to_numpy()
     # A degraded NIC drags down every link of its node; point the link at the worse endpoint.
@@ -353,6 +365,7 @@ def _link_frame(engine: FeatureEngine, t: float,
     f["node_bw_trend_med_z"] = agg["link_bw_trend_med_z"].reindex(node_code).to_numpy()
     f["node_lat_med_z"] = agg["link_lat_med_z"].reindex(node_code).to_numpy()
     f["peer_bw_med_z"] = agg["link_bw_med_z"].reindex(peer_code).to_numpy()
+    f["slow_probes_elsewhere"] = agg["slow_probes_elsewhere"].reindex(node_code).to_numpy()
     names = engine.node_names.names
     link = pd.DataFrame({"src": names(src), "dst": names(dst), "node": names(node_code),
                          "peer": names(peer_code), **f}).reindex(columns=columns)
@@ -373,6 +386,23 @@ def _link_aggregates(both: pd.DataFrame) -> pd.DataFrame:
         "link_lat_med_z": g["lat_z"].median(), "link_lat_max_z": g["lat_z"].max(),
         "link_lat_trend_med_z": g["lat_trend_z"].median(),
     })
+
+
+def _slow_elsewhere(both: pd.DataFrame, codes: pd.Index) -> np.ndarray:
+    """Per node (``code``): the share of the links probed lately (``RECENT_LINKS_S``; all live
+    ones where none was) that do not touch it and read slow (bandwidth z below -3 or latency z
+    above 3).
+
+    A NIC that fails slows its own links; a congested switch slows links between other nodes
+    too, from its first slow probes, before any other node's median reads slow."""
+    probed = both[both["recent"]] if both["recent"].any() else both
+    slow = ((probed["bw_z"] < -PEER_BLAME_Z) | (probed["lat_z"] > PEER_BLAME_Z)).to_numpy()
+    # Each link is two rows, one per endpoint: per node, the links that touch it.
+    per = pd.DataFrame({"n": 1.0, "slow": slow.astype(np.float64)}).groupby(
+        probed["code"].to_numpy()).sum().reindex(codes, fill_value=0.0)
+    away = len(probed) / 2.0 - per["n"].to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(away > 0, (slow.sum() / 2.0 - per["slow"].to_numpy()) / away, np.nan)
 
 
 LINK_AGGREGATES: tuple[str, ...] = (

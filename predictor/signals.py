@@ -62,6 +62,7 @@ _LABELS = {
     "hot_nodes_besides": "{v:.0f} other nodes hot too",
     "slow_link_nodes_besides": "{v:.0f} other nodes with slow links too",
     "slow_lat_nodes_besides": "{v:.0f} other nodes with high link latency too",
+    "slow_probes_elsewhere": "{v:.0%} of links between other nodes slow",
     "bw_z": "bandwidth z={v:.1f} vs all links", "bw_trend_z": "bandwidth falling z={v:.1f}",
     "lat_z": "latency z={v:.1f} vs all links", "lat_trend_z": "latency rising z={v:.1f}",
     "node_bw_med_z": "node's links bandwidth z={v:.1f}",

@@ -209,18 +209,20 @@ def cli() -> typer.Typer:
 
 
 def probe_trace(slow: set[str], from_h: float, nodes: int = 16,
-                offsets: tuple[int, ...] = (1, 3), bw: float = 0.8) -> FleetTrace:
+                offsets: tuple[int, ...] = (1, 3), bw: float = 0.8,
+                rotate: bool = False) -> FleetTrace:
     """A fleet whose nodes each probe the next one and the one three ahead (``offsets``); from
     ``from_h`` on, every probe from or to a node of ``slow`` takes 3x as long (and moves ``bw``
-    of the bandwidth)."""
+    of the bandwidth). With ``rotate``, the second peer moves on by one each minute (a ring and
+    a rotating peer, as the generators probe)."""
     trace = make_trace(Spec(nodes=nodes, gpus=2, with_links=False))
     rng = np.random.default_rng(3)
     names = list(trace.meta.nodes)
     t = np.arange(trace.meta.start, trace.meta.end, 60.0)
     rows = []
-    for ts in t:
+    for k, ts in enumerate(t):
         for i, src in enumerate(names):
-            for off in offsets:
+            for off in (offsets[0], 2 + k % (nodes - 3)) if rotate else offsets:
                 dst = names[(i + off) % nodes]
                 hit = ts >= trace.meta.start + from_h * 3600 and bool({src, dst} & slow)
                 rows.append((ts + 1.0, src, dst, 2.4e10 * (bw if hit else 1.0)

@@ -155,6 +155,34 @@ def test_latency_shared_by_a_rack_counts_other_nodes_and_a_lone_bad_nic_does_not
     assert (lone.link[lone.link["node"] == "n005"]["slow_lat_nodes_besides"] == 0).all()
 
 
+def test_slow_probes_between_other_nodes_say_the_cause_is_shared() -> None:
+    # A congested leaf switch slows the links between its other nodes too; a failing NIC only
+    # its own.
+    rack = ["n004", "n005", "n006"]
+    shared = _features_at(probe_trace(set(rack), 2.0), 2.5)
+    lone = _features_at(probe_trace({"n005"}, 2.0), 2.5)
+    assert (shared.node.set_index("node").loc[rack, "slow_probes_elsewhere"] > 0.15).all()
+    assert lone.node.set_index("node").loc["n005", "slow_probes_elsewhere"] == 0
+    healthy = _features_at(probe_trace(set(), 2.0), 2.5).node["slow_probes_elsewhere"]
+    assert (healthy < 0.1).all()
+    # A link carries the share of the node it is blamed on.
+    for feats in (shared, lone):
+        on = feats.link[feats.link["node"] == "n005"]
+        assert len(on) and (on["slow_probes_elsewhere"] == feats.node.set_index("node").loc[
+            "n005", "slow_probes_elsewhere"]).all()
+
+
+def test_a_failing_nic_reads_slow_within_minutes_under_a_rotating_peer() -> None:
+    # Each node probes its ring neighbour and a peer that moves on each minute: a node's live
+    # links are mostly ones probed before its NIC fell (5 min after the fall, 12 of its 28 live
+    # ones read slow, their median z -0.3). Its links probed lately read it (12 of 22).
+    trace = probe_trace({"n005"}, 2.0, bw=0.4, rotate=True)
+    feats = _features_at(trace, 2.0 + 5 / 60, every_s=60.0)
+    node = feats.node.set_index("node")
+    assert node.loc["n005", "link_bw_med_z"] < -5
+    assert (node.drop(index="n005")["link_bw_med_z"] > -3).all()
+
+
 def test_a_failing_nic_is_not_blamed_on_the_partner_that_probes_it_twice() -> None:
     # A ring with each node's opposite as its second peer: n005 probes n001 and n001 probes
     # n005, so half of n005's links run to n001, whose NIC fails.
