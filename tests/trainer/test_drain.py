@@ -25,7 +25,9 @@ from trainer.elastic import ElasticCluster, ElasticConfig
 WORKER = str(Path(__file__).with_name("elastic_worker.py"))
 NODES = ("node-a", "node-b", "node-c")
 
-pytestmark = pytest.mark.timeout(120)
+# A liveness bound, not a speed target: three torchrun agents restarting on two cores shared with
+# the other xdist worker took past 120 s once in CI (cluster.wait(100) after the fault).
+pytestmark = pytest.mark.timeout(240)
 
 
 def _mark_running(store: Store, job: str, nodes: tuple[str, ...]) -> None:
