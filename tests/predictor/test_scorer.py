@@ -30,6 +30,11 @@ def test_scores_every_entity_with_risk_lead_and_signals(tiny_model: RiskModel) -
     assert any("ECC" in s or "XID" in s for s in bad["signals"])
 
 
+def _stops(frame: pd.DataFrame, node: str, at: float) -> pd.DataFrame:
+    """``frame`` with ``node``'s rows after ``at`` gone (the node went down then)."""
+    return frame[(frame["node"] != node) | (frame["ts"] <= at)]
+
+
 def _frame(rows: list[tuple[str, int, float]]) -> pd.DataFrame:
     return pd.DataFrame([{"kind": "gpu", "node": n, "gpu": g, "peer": "", "risk": r,
                           "lead_s": 3600.0, "signals": ("sig",)} for n, g, r in rows])
@@ -138,9 +143,7 @@ def test_a_node_that_has_gone_silent_is_not_warned_of_on_its_last_features(
     # while the feature windows would still score it for 15 min on its last, stale rows.
     full = make_trace(Spec(seed=9, ecc_ramp=("n002", 1, 2.0, 5.5)))
     cut = T0 + 4.6 * 3600
-    gpu, node = full.gpu, full.node
-    trace = replace(full, gpu=gpu[(gpu["node"] != "n002") | (gpu["ts"] <= cut)],
-                    node=node[(node["node"] != "n002") | (node["ts"] <= cut)])
+    trace = replace(full, gpu=_stops(full.gpu, "n002", cut), node=_stops(full.node, "n002", cut))
     engine = FeatureEngine(interval_s=30.0)
     scorer = Scorer(tiny_model)
     engine.update(trace, cut + 60)
@@ -154,8 +157,7 @@ def test_a_node_that_has_gone_silent_is_not_warned_of_on_its_last_features(
     # Sampled every 15 s, a node quiet for 90 s has missed six samples: it went down with its
     # failure, and a warning now would come after the fact.
     fast = make_trace(Spec(seed=9, interval_s=15.0, ecc_ramp=("n002", 1, 2.0, 5.5)))
-    fast = replace(fast, gpu=fast.gpu[(fast.gpu["node"] != "n002") | (fast.gpu["ts"] <= cut)],
-                   node=fast.node[(fast.node["node"] != "n002") | (fast.node["ts"] <= cut)])
+    fast = replace(fast, gpu=_stops(fast.gpu, "n002", cut), node=_stops(fast.node, "n002", cut))
     engine = FeatureEngine(interval_s=15.0)
     engine.update(fast, cut + 30)
     live = scorer.score(engine.features(cut + 30)).set_index(["kind", "node", "gpu"])
@@ -164,7 +166,7 @@ def test_a_node_that_has_gone_silent_is_not_warned_of_on_its_last_features(
     gone = scorer.score(engine.features(cut + 90))
     assert (gone[gone["node"] == "n002"]["risk"] == 0).all()
     # A node whose training hook stops while its GPUs keep reporting is still watched.
-    hook_cut = replace(full, node=node[(node["node"] != "n002") | (node["ts"] <= cut)])
+    hook_cut = replace(full, node=_stops(full.node, "n002", cut))
     engine = FeatureEngine(interval_s=30.0)
     engine.update(hook_cut, cut + 600)
     watched = scorer.score(engine.features(cut + 600)).set_index(["kind", "node", "gpu"])
