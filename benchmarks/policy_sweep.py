@@ -147,6 +147,9 @@ VARIANTS: dict[str, PolicyConfig] = {
     "middle lane at 0.40": PolicyConfig(mid_at=0.40),
     "middle lane after 20 min": PolicyConfig(mid_persist_s=1200.0),
     "middle lane after 30 min": PolicyConfig(mid_persist_s=1800.0),
+    "before the links' quick lane (round 20): links wait 10 min": PolicyConfig(
+        link_quick_persist_s=None),
+    "links' quick lane at once": PolicyConfig(link_quick_persist_s=0.0),
 }
 """Policies compared by ``sweep``: the default and one change to it each."""
 

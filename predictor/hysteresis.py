@@ -3,13 +3,13 @@
 An alert is a state. A node's alert opens when its riskiest entity has stayed at or above
 ``fire_at`` for ``persist_s`` seconds. Other lanes trade level for time: at once above
 ``fire_now_at`` (optionally only once the risk has stood at or above ``slow_at`` for
-``fire_now_hold_s``); after 10 minutes at or above the quick lane's ``quick_at``: the last
-minutes of a short precursor; after 25 minutes at or above the middle lane's ``mid_at``: a risk
-that climbs slowly towards a failure less than an hour away; or after an hour at or above the
-lower ``slow_at``: a weak signal that never lets go. It resolves once the
-risk has stayed below ``resolve_below`` for ``resolve_after_s``, or when the node stops
-reporting. The alert keeps naming the entity it opened for, so a node gets one alert per
-episode however many of its GPUs and links join in. Times are seconds, so the same policy
+``fire_now_hold_s``); after 10 minutes at or above the quick lane's ``quick_at`` (5 while the
+riskiest entity is a link): the last minutes of a short precursor; after 25 minutes at or above
+the middle lane's ``mid_at``: a risk that climbs slowly towards a failure less than an hour
+away; or after an hour at or above the lower ``slow_at``: a weak signal that never lets go. It
+resolves once the risk has stayed below ``resolve_below`` for ``resolve_after_s``, or when the
+node stops reporting. The alert keeps naming the entity it opened for, so a node gets one alert
+per episode however many of its GPUs and links join in. Times are seconds, so the same policy
 serves 30-s service ticks and 5-min backtest ticks. The defaults were chosen on held-out
 generator seeds (benchmarks/backtest.py) to keep false episodes near 10 per 1,000 node-days.
 """
@@ -52,6 +52,16 @@ class PolicyConfig:
     None disables it."""
     quick_persist_s: float = 600.0
     """How long the risk must hold at or above ``quick_at``."""
+    link_quick_persist_s: float | None = 300.0
+    """The quick lane's hold for a node whose riskiest entity is a link (and stays one): a NIC
+    or cable precursor, seen only in probe rounds that the link features already average, often
+    reads 0.65-0.9 for just its last 5-10 minutes, and there are no error bursts that pass on a
+    link to hold out (congestion is read against slow probes elsewhere). Chosen with
+    ``benchmarks/policy_sweep.py`` on the 30 fresh-seed fleets, where it catches 2 more link
+    failures at the same 5 false episodes, and confirmed on the five suites (2 more, one false
+    episode fewer): each of the four is a link whose alert used to open one 5-min tick after
+    its failure. At once (0 s) brought 16 false episodes more. None: links wait
+    ``quick_persist_s`` like the rest."""
     slow_at: float | None = 0.25
     """A second, slow lane: a node whose risk stays at or above this for ``slow_persist_s``
     fires too (a weak signal that never lets go). None disables it."""
@@ -85,17 +95,21 @@ class PolicyConfig:
             raise ValueError(f"policy.resolve_below={self.resolve_below} must be <= "
                              f"fire_at={self.fire_at}")
         for name in ("fire_now_hold_s", "persist_s", "quick_persist_s", "slow_persist_s",
-                     "mid_persist_s", "resolve_after_s"):
-            if getattr(self, name) < 0:
+                     "mid_persist_s", "resolve_after_s", "link_quick_persist_s"):
+            if (getattr(self, name) or 0.0) < 0:
                 raise ValueError(f"policy.{name}={getattr(self, name)} must be >= 0")
 
     @property
-    def lanes(self) -> tuple[tuple[float | None, float], ...]:
-        """(level, hold) of each lane that fires on a risk held long enough: main, quick,
-        middle, slow (None: the lane is off). The slow lane comes last: ``fire_now_hold_s`` is
-        measured on it."""
-        return ((self.fire_at, self.persist_s), (self.quick_at, self.quick_persist_s),
-                (self.mid_at, self.mid_persist_s), (self.slow_at, self.slow_persist_s))
+    def lanes(self) -> tuple[tuple[float | None, float, str | None], ...]:
+        """(level, hold, kind) of each lane that fires on a risk held long enough: main, quick,
+        the quick lane's links, middle, slow (level None: the lane is off; kind None: any
+        entity, else only while the node's riskiest entity is of that kind). The slow lane
+        comes last: ``fire_now_hold_s`` is measured on it."""
+        link_level = None if self.link_quick_persist_s is None else self.quick_at
+        return ((self.fire_at, self.persist_s, None),
+                (self.quick_at, self.quick_persist_s, None),
+                (link_level, self.link_quick_persist_s or 0.0, "link"),
+                (self.mid_at, self.mid_persist_s, None), (self.slow_at, self.slow_persist_s, None))
 
     def overridden(self, *, fire_at: float | None = None,
                    persist_s: float | None = None) -> PolicyConfig:
@@ -149,14 +163,17 @@ class AlertPolicy:
             st = self.nodes.setdefault(node, _NodeState())
             risk = float(row["risk"])  # type: ignore[arg-type]
             if st.firing is None:
-                st.since = tuple(_since(since, level, risk, t) for since, (level, _) in
+                kind = str(row["kind"])
+                st.since = tuple(_since(since, level if lane_kind in (None, kind) else None,
+                                        risk, t)
+                                 for since, (level, _, lane_kind) in
                                  zip(st.since or (None,) * len(lanes), lanes, strict=True))
                 slow_since = st.since[-1]
                 held = cfg.slow_at is None or (slow_since is not None
                                                and t - slow_since >= cfg.fire_now_hold_s)
                 fire_now = risk >= max(cfg.fire_now_at, cfg.fire_at) and held
                 if fire_now or any(since is not None and t - since >= hold
-                                   for since, (_, hold) in zip(st.since, lanes, strict=True)):
+                                   for since, (_, hold, _) in zip(st.since, lanes, strict=True)):
                     st.firing = dict(row)
                     st.below_since = None
                     out.append(_transition("fire", t, node, row))

@@ -76,10 +76,15 @@ def test_blip_below_persistence_never_fires_but_a_certain_risk_fires_at_once() -
 def test_a_high_risk_fires_on_the_quick_lane_before_the_main_one() -> None:
     # The last minutes of a short precursor: 0.7 fires after 10 min (quick lane at 0.65),
     # 0.6 only after the main lane's 15 min, and a dip under 0.65 restarts the quick clock.
-    def first_fire(risks: list[float], config: PolicyConfig | None = None) -> int | None:
+    def first_fire(risks: list[float], config: PolicyConfig | None = None,
+                   kinds: str = "g" * 9) -> int | None:
+        """Minutes to the first fire of one node whose riskiest entity is, tick by tick, a GPU
+        (``g``) or a link (``l``)."""
         policy = AlertPolicy(config=config or PolicyConfig())
-        for i, r in enumerate(risks):
-            if policy.step(_frame([("a", 0, r)]), T0 + 300 * i):
+        for i, (r, k) in enumerate(zip(risks, kinds, strict=False)):
+            tick = _frame([("a", 0, r)]).assign(kind="link" if k == "l" else "gpu",
+                                                gpu=-1 if k == "l" else 0)
+            if policy.step(tick, T0 + 300 * i):
                 return 5 * i
         return None
 
@@ -87,6 +92,13 @@ def test_a_high_risk_fires_on_the_quick_lane_before_the_main_one() -> None:
     assert first_fire([0.6] * 5) == 15
     assert first_fire([0.7, 0.7, 0.6, 0.7, 0.7, 0.7]) == 15  # the main lane, from 0 min
     assert first_fire([0.7] * 5, PolicyConfig(quick_at=None)) == 15
+    # A link's risk (a NIC read in probe rounds, no bursts that pass) fires after 5 minutes,
+    # as long as the riskiest entity stays a link: a GPU taking over waits the full 10.
+    assert first_fire([0.7] * 5, kinds="lllll") == 5
+    assert first_fire([0.7] * 5, kinds="glggg") == 10
+    assert first_fire([0.7] * 5, kinds="gglll") == 10
+    assert first_fire([0.6] * 5, kinds="lllll") == 15  # under the quick lane's level
+    assert first_fire([0.7] * 5, PolicyConfig(link_quick_persist_s=None), kinds="lllll") == 10
     # A user's stricter fire_at lifts the quick lane with it: no alert below their threshold.
     strict = PolicyConfig().overridden(fire_at=0.8)
     assert strict.quick_at == 0.8 and first_fire([0.7] * 5, strict) is None
@@ -94,6 +106,8 @@ def test_a_high_risk_fires_on_the_quick_lane_before_the_main_one() -> None:
         PolicyConfig(quick_at=-0.1)
     with pytest.raises(ValueError, match="quick_persist_s"):
         PolicyConfig(quick_persist_s=-1.0)
+    with pytest.raises(ValueError, match="link_quick_persist_s"):
+        PolicyConfig(link_quick_persist_s=-1.0)
 
 
 def test_one_alert_per_node_naming_the_first_riskiest_entity() -> None:
