@@ -255,12 +255,24 @@ def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
 
 
 def version_of(kinds: dict[str, KindModel], *, horizon_s: float, sources: list[str]) -> str:
-    """``hgb-<sklearn version>-<hash of sources and shapes>``, with ``-avg<n>`` for an average
-    of n classifiers per kind: changes when the fit changes."""
+    """``hgb-<sklearn version>-<hash>``, with ``-avg<n>`` for an average of n classifiers per
+    kind. The hash covers the sources, features and lead tables and what the classifiers compute
+    (``_fingerprint``): two fits that differ only in their trees (another seed, other
+    hyper-parameters, a feature computed another way under the same name) get two versions."""
     members = max(len(m.estimators) for m in kinds.values())
     digest = hashlib.sha256(json.dumps(
         {"sources": sources, "horizon": horizon_s,
          "features": {k: m.features for k, m in kinds.items()},
-         "lead": {k: m.lead_s.round(1).tolist() for k, m in kinds.items()}},
+         "lead": {k: m.lead_s.round(1).tolist() for k, m in kinds.items()},
+         "risk": {k: _fingerprint(m) for k, m in kinds.items()}},
         sort_keys=True).encode()).hexdigest()[:10]
     return f"hgb-{sklearn.__version__}-{digest}" + (f"-avg{members}" if members > 1 else "")
+
+
+def _fingerprint(km: KindModel) -> list[float]:
+    """The risk on fixed inputs spread around the healthy baseline (each feature moved by its
+    own multiple of -4..4, so that every tree path a fit can take is likely to be crossed)."""
+    steps = np.linspace(-4.0, 4.0, 33)
+    spread = np.cos(np.arange(len(km.features)) * 1.7) * (1.0 + np.abs(km.baseline))
+    grid = km.baseline[None, :] + steps[:, None] * spread[None, :]
+    return np.round(km.risk(pd.DataFrame(grid, columns=km.features)), 6).tolist()

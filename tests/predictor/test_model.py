@@ -13,7 +13,13 @@ import skops.io as sio
 from predictor.backtest import run
 from predictor.features import FeatureEngine
 from predictor.hysteresis import PolicyConfig
-from predictor.model import DEFAULT_MODEL_PATH, FitConfig, ModelFormatError, RiskModel
+from predictor.model import (
+    DEFAULT_MODEL_PATH,
+    FitConfig,
+    ModelFormatError,
+    RiskModel,
+    version_of,
+)
 from predictor.scorer import Scorer
 from predictor.train_default import MEMBERS
 from predictor.training import fit_traces
@@ -50,6 +56,22 @@ def test_skops_round_trip_keeps_predictions_and_version(tiny_model: RiskModel,
     spec = Spec(seed=3, ecc_ramp=("n001", 0, 2.0, 5.0))
     np.testing.assert_allclose(_gpu_risk(loaded, spec, 4.0)["risk"],
                                _gpu_risk(tiny_model, spec, 4.0)["risk"])
+
+
+def test_a_version_changes_with_the_trees_not_only_with_names_and_leads(
+        tiny_model: RiskModel) -> None:
+    # Another fit's classifiers under this fit's sources, features and lead tables: the same
+    # names and tables, another model, so another version (round 19's variant was not).
+    other = fit_traces(tiny_traces(), config=FitConfig(max_iter=40, min_samples_leaf=5, seed=1,
+                                                       learning_rate=0.2))
+    swapped = {k: dataclasses.replace(m, estimators=other.kinds[k].estimators)
+               if k in other.kinds else m for k, m in tiny_model.kinds.items()}
+    same = {k: dataclasses.replace(m) for k, m in tiny_model.kinds.items()}
+    sources = ["trace(seed=0)"]
+    assert version_of(same, horizon_s=6 * 3600.0, sources=sources) == version_of(
+        tiny_model.kinds, horizon_s=6 * 3600.0, sources=sources)
+    assert version_of(swapped, horizon_s=6 * 3600.0, sources=sources) != version_of(
+        tiny_model.kinds, horizon_s=6 * 3600.0, sources=sources)
 
 
 def test_an_average_scores_the_mean_of_its_members_and_survives_a_round_trip(
