@@ -59,8 +59,8 @@ class PolicyConfig:
     link to hold out (congestion is read against slow probes elsewhere). Chosen with
     ``benchmarks/policy_sweep.py`` on the 30 fresh-seed fleets, where it catches 2 more link
     failures at the same 5 false episodes, and confirmed on the five suites (2 more, one false
-    episode fewer): each of the four is a link whose alert used to open one 5-min tick after
-    its failure. At once (0 s) brought 16 false episodes more. None: links wait
+    episode fewer): three of the four are links whose alert used to open one 5-min tick after
+    their failure. At once (0 s) brought 16 false episodes more. None: links wait
     ``quick_persist_s`` like the rest."""
     slow_at: float | None = 0.25
     """A second, slow lane: a node whose risk stays at or above this for ``slow_persist_s``

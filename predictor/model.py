@@ -270,8 +270,9 @@ def version_of(kinds: dict[str, KindModel], *, horizon_s: float, sources: list[s
 
 
 def _fingerprint(km: KindModel) -> list[float]:
-    """The risk on fixed inputs spread around the healthy baseline (each feature moved by its
-    own multiple of -4..4, so that every tree path a fit can take is likely to be crossed)."""
+    """The risk on 33 fixed inputs spread around the healthy baseline (each feature moved by
+    its own multiple of -4..4): two fits that differ in their trees differ here unless they agree
+    on all 33 to six decimals."""
     steps = np.linspace(-4.0, 4.0, 33)
     spread = np.cos(np.arange(len(km.features)) * 1.7) * (1.0 + np.abs(km.baseline))
     grid = km.baseline[None, :] + steps[:, None] * spread[None, :]
