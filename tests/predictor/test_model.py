@@ -16,6 +16,7 @@ from predictor.hysteresis import PolicyConfig
 from predictor.model import (
     DEFAULT_MODEL_PATH,
     FitConfig,
+    KindModel,
     ModelFormatError,
     RiskModel,
     version_of,
@@ -67,11 +68,11 @@ def test_a_version_changes_with_the_trees_not_only_with_names_and_leads(
     swapped = {k: dataclasses.replace(m, estimators=other.kinds[k].estimators)
                if k in other.kinds else m for k, m in tiny_model.kinds.items()}
     same = {k: dataclasses.replace(m) for k, m in tiny_model.kinds.items()}
-    sources = ["trace(seed=0)"]
-    assert version_of(same, horizon_s=6 * 3600.0, sources=sources) == version_of(
-        tiny_model.kinds, horizon_s=6 * 3600.0, sources=sources)
-    assert version_of(swapped, horizon_s=6 * 3600.0, sources=sources) != version_of(
-        tiny_model.kinds, horizon_s=6 * 3600.0, sources=sources)
+    def version(kinds: dict[str, KindModel]) -> str:
+        return version_of(kinds, horizon_s=6 * 3600.0, sources=["trace(seed=0)"])
+
+    assert version(same) == version(tiny_model.kinds)
+    assert version(swapped) != version(tiny_model.kinds)
 
 
 def test_an_average_scores_the_mean_of_its_members_and_survives_a_round_trip(

@@ -77,11 +77,11 @@ def test_a_high_risk_fires_on_the_quick_lane_before_the_main_one() -> None:
     # The last minutes of a short precursor: 0.7 fires after 10 min (quick lane at 0.65),
     # 0.6 only after the main lane's 15 min, and a dip under 0.65 restarts the quick clock.
     def first_fire(risks: list[float], config: PolicyConfig | None = None,
-                   kinds: str = "g" * 9) -> int | None:
+                   kinds: str | None = None) -> int | None:
         """Minutes to the first fire of one node whose riskiest entity is, tick by tick, a GPU
-        (``g``) or a link (``l``)."""
+        (``g``) or a link (``l``); a GPU at every tick without ``kinds``."""
         policy = AlertPolicy(config=config or PolicyConfig())
-        for i, (r, k) in enumerate(zip(risks, kinds, strict=False)):
+        for i, (r, k) in enumerate(zip(risks, kinds or "g" * len(risks), strict=True)):
             tick = _frame([("a", 0, r)]).assign(kind="link" if k == "l" else "gpu",
                                                 gpu=-1 if k == "l" else 0)
             if policy.step(tick, T0 + 300 * i):
