@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from collector.fleet_trace import FleetTrace
 from predictor.backtest import run
-from predictor.evaluate import evaluate
+from predictor.evaluate import PRECURSOR_BANDS, EvaluationReport, evaluate
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.scorer import load_model
 
@@ -90,6 +91,21 @@ def _leads(trace: FleetTrace, alerts: object) -> list[float]:
     return out
 
 
+def band_counts(rep: EvaluationReport) -> Counter[str]:
+    """Caught (``band/c``) and all (``band/n``) failures per precursor length, for pooling."""
+    out: Counter[str] = Counter()
+    for band, (caught, n) in rep.caught_by_precursor.items():
+        out[f"{band}/c"] += caught
+        out[f"{band}/n"] += n
+    return out
+
+
+def band_text(bands: Counter[str]) -> str:
+    """Pooled recall per precursor length: ``< 30 min 9/27, 30 min-2 h 24/25, ...``."""
+    return ", ".join(f"{band} {bands[f'{band}/c']}/{bands[f'{band}/n']}"
+                     for _, band in PRECURSOR_BANDS if bands[f"{band}/n"])
+
+
 def figures(model_spec: str | None, count: int, only: str | None = None,
             alt_count: int = 8, third_count: int = 6, skip: tuple[str, ...] = ()) -> None:
     models = {"model": load_model(model_spec), "rules": load_model("rules")}
@@ -103,6 +119,7 @@ def figures(model_spec: str | None, count: int, only: str | None = None,
         for label, model in models.items():
             tot: dict[str, float] = {}
             leads: list[float] = []
+            bands: Counter[str] = Counter()
             for trace in traces:
                 # Each model's own default policy: rules hold like a DCGM `for: 10m` rule.
                 alerts = run(trace, model).alerts
@@ -112,6 +129,7 @@ def figures(model_spec: str | None, count: int, only: str | None = None,
                           "gpu_named_right"):
                     tot[k] = tot.get(k, 0.0) + float(getattr(rep, k))
                 leads += _leads(trace, alerts)
+                bands.update(band_counts(rep))
             rec = tot["caught_with_precursor"] / max(tot["failures_with_precursor"], 1)
             prec = tot["true_episodes"] / max(tot["true_episodes"] + tot["false_episodes"], 1)
             fpk = tot["false_episodes"] / tot["node_days"] * 1000
@@ -122,7 +140,8 @@ def figures(model_spec: str | None, count: int, only: str | None = None,
                   f"{tot['caught'] / max(tot['failures'], 1):.2f}  precision {prec:.2f} "
                   f"({tot['true_episodes']:.0f}/{tot['true_episodes'] + tot['false_episodes']:.0f})"
                   f"  false/1000 node-days {fpk:.1f}  median lead {lead:.0f} min  "
-                  f"GPU named right {gacc:.2f}")
+                  f"GPU named right {gacc:.2f}\n       recall by precursor length: "
+                  f"{band_text(bands)}")
 
 
 def timing(model_spec: str | None) -> None:

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -39,7 +40,7 @@ from predictor.scorer import load_model
 sys.path.insert(0, str(Path(__file__).parent))
 import alt_generator
 import third_generator
-from backtest import BASE, _leads, suite_makers
+from backtest import BASE, _leads, band_counts, band_text, suite_makers
 
 Maker = Callable[[], FleetTrace]
 
@@ -159,14 +160,17 @@ def sweep(base: Path, which: str, names: list[str] | None) -> None:
               if (p / "risks.csv.gz").exists()}
     groups = sorted({n.rsplit("-", 1)[0] for n in loaded})
     variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
-    print("recall (precursor) / precision / false per 1,000 node-days (median lead)")
+    print("recall (precursor) / precision / false per 1,000 node-days (median lead) "
+          "[recall by precursor length]")
     for label, config in variants.items():
         print(f"\n== {label}: {config}")
         pooled: dict[str, float] = dict.fromkeys(("c", "p", "t", "f", "nd"), 0.0)
         pooled_leads: list[float] = []
+        pooled_bands: Counter[str] = Counter()
         for g in groups:
             tot = dict.fromkeys(pooled, 0.0)
             leads: list[float] = []
+            bands: Counter[str] = Counter()
             for name, (trace, rows) in loaded.items():
                 if name.rsplit("-", 1)[0] != g:
                     continue
@@ -178,17 +182,20 @@ def sweep(base: Path, which: str, names: list[str] | None) -> None:
                 tot["f"] += rep.false_episodes
                 tot["nd"] += rep.node_days
                 leads += _leads(trace, alerts)
+                bands.update(band_counts(rep))
             for k in pooled:
                 pooled[k] += tot[k]
             pooled_leads += leads
-            print(f"  {g:24s} {_line(tot, leads)}")
-        print(f"  {'pooled':24s} {_line(pooled, pooled_leads)}")
+            pooled_bands.update(bands)
+            print(f"  {g:24s} {_line(tot, leads, bands)}")
+        print(f"  {'pooled':24s} {_line(pooled, pooled_leads, pooled_bands)}")
 
 
-def _line(tot: dict[str, float], leads: list[float]) -> str:
+def _line(tot: dict[str, float], leads: list[float], bands: Counter[str]) -> str:
     lead = f"{np.median(leads) / 60:.0f} min" if leads else "-"
     return (f"{tot['c']:.0f}/{tot['p']:.0f} {tot['t'] / max(tot['t'] + tot['f'], 1):.2f} "
-            f"{tot['f'] / tot['nd'] * 1000:.1f} ({lead}; {tot['f']:.0f} false)")
+            f"{tot['f'] / tot['nd'] * 1000:.1f} ({lead}; {tot['f']:.0f} false) "
+            f"[{band_text(bands)}]")
 
 
 def main() -> None:

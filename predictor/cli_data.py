@@ -167,6 +167,9 @@ def _report_table(report: EvaluationReport, *, title: str) -> Table:
                   f"{r.caught_with_precursor}/{r.failures_with_precursor}")
     for kind, value in r.recall_by_kind.items():
         table.add_row(f"  recall, {kind} failures", fmt(value, percent=True), "")
+    for band, (caught, total) in r.caught_by_precursor.items():
+        table.add_row(f"  precursor {band}", fmt(caught / total, percent=True),
+                      f"{caught}/{total}")
     table.add_row("precision (episodes)", fmt(r.precision, percent=True),
                   f"{r.true_episodes} true, {r.false_episodes} false, {r.late_episodes} late "
                   f"of {r.episodes}")

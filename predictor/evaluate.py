@@ -25,6 +25,11 @@ MIN_LEAD_S = 60.0
 EPISODE_GAP_S = 30 * 60.0
 ALERT_COLUMNS = ("ts", "node", "gpu", "kind", "score", "reason")
 ALERT_KINDS = ("gpu", "link", "node")
+PRECURSOR_BANDS: tuple[tuple[float, str], ...] = (
+    (1800.0, "< 30 min"), (7200.0, "30 min-2 h"), (float("inf"), ">= 2 h"))
+"""(upper bound in seconds, label) of the precursor lengths that recall is broken down by. A
+precursor shorter than 30 minutes cannot give a 30-minute lead however early it is seen; one of
+hours can, so a predictor that misses it has no such excuse."""
 
 
 class AlertsFormatError(ValueError):
@@ -53,6 +58,9 @@ class EvaluationReport:
     """caught_with_precursor / failures_with_precursor."""
     recall_by_kind: dict[str, float | None] = field(default_factory=dict)
     """Recall per failure kind (gpu, link, node) present in the trace."""
+    caught_by_precursor: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """(caught, failures) per precursor length (``PRECURSOR_BANDS``, those present) among the
+    failures that had one."""
     alerts: int
     """Alert rows scored."""
     episodes: int
@@ -217,6 +225,14 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
         mask = (failures["kind"] == kind).to_numpy()
         if mask.any():
             by_kind[kind] = _ratio(int(caught[mask].sum()), int(mask.sum()))
+    pre_s = failures["precursor_s"].to_numpy(dtype=float)
+    by_length: dict[str, tuple[int, int]] = {}
+    low = 0.0
+    for high, label in PRECURSOR_BANDS:
+        mask = precursor & (pre_s >= low) & (pre_s < high)
+        low = high
+        if mask.any():
+            by_length[label] = (int(caught[mask].sum()), int(mask.sum()))
     return EvaluationReport(
         failures=len(failures),
         failures_with_precursor=int(precursor.sum()),
@@ -226,6 +242,7 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
         recall_precursor=_ratio(int((caught & precursor).sum()), int(precursor.sum()))
         if has_precursor_info else None,
         recall_by_kind=by_kind,
+        caught_by_precursor=by_length,
         alerts=len(alerts),
         episodes=episodes,
         true_episodes=true_ep,

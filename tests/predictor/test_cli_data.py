@@ -6,6 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import typer
@@ -61,6 +62,13 @@ def test_evaluate_round_trip(app: typer.Typer, trace_dir: Path, tmp_path: Path) 
     table = CliRunner().invoke(app, ["evaluate", str(trace_dir), "--alerts",
                                      str(tmp_path / "alerts.csv")])
     assert table.exit_code == 0 and "recall (with a precursor)" in table.output
+    # Every alert came 30 min ahead: each precursor length present shows all of its caught.
+    lengths = pd.cut(failures["precursor_s"], [0, 1800, 7200, np.inf], right=False,
+                     labels=["< 30 min", "30 min-2 h", ">= 2 h"]).value_counts()
+    assert lengths.sum() == 3
+    for band, n in lengths.items():
+        assert (f"precursor {band}" in table.output) == (n > 0)
+        assert n == 0 or f"{n}/{n}" in table.output
 
 
 def test_evaluate_refuses_malformed_alerts(app: typer.Typer, trace_dir: Path,

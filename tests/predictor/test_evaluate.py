@@ -71,6 +71,22 @@ def test_lead_is_from_the_earliest_qualifying_alert_and_gpu_naming() -> None:
     assert (r.gpu_failures_caught, r.gpu_named_right, r.gpu_accuracy) == (2, 1, 0.5)
 
 
+def test_recall_is_broken_down_by_precursor_length() -> None:
+    # Short precursors (under 30 min) cannot give a 30-min lead; long ones can: a user reads
+    # which of the two a predictor misses. Sudden failures (0 s) and unknown lengths count in
+    # neither.
+    trace = _trace([(F, "n0", 1, "gpu", 600.0), (F, "n1", 2, "gpu", 1799.0),
+                    (F, "n2", -1, "node", 1800.0), (F, "n3", -1, "link", 3 * H),
+                    (F + DAY, "n0", 4, "gpu", 0.0), (F + DAY, "n1", 5, "gpu", float("nan"))])
+    alerts = _alerts([(F - 300, "n0", 1, "gpu"), (F - 40 * 60, "n2", None, "node"),
+                      (F + DAY - H, "n0", 4, "gpu"), (F + DAY - H, "n1", 5, "gpu")])
+    r = evaluate(trace, alerts)
+    assert r.caught_by_precursor == {"< 30 min": (1, 2), "30 min-2 h": (1, 1),
+                                     ">= 2 h": (0, 1)}
+    assert (r.caught_with_precursor, r.failures_with_precursor) == (2, 4)
+    assert json.loads(r.to_json())["caught_by_precursor"]["< 30 min"] == [1, 2]
+
+
 def test_episodes_split_at_thirty_minutes() -> None:
     trace = _trace([(F, "n0", -1, "node", 0.0)])
     alerts = _alerts([
