@@ -217,7 +217,8 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
         false_ep += int((~followed).sum())
         late_ep += int((followed & ~is_true).sum())
 
-    precursor = failures["precursor_s"].to_numpy(dtype=float) > 0
+    pre_s = failures["precursor_s"].to_numpy(dtype=float)
+    precursor = pre_s > 0
     has_precursor_info = bool(failures["precursor_s"].notna().any()) if len(failures) else True
     node_days = len(trace.meta.nodes) * (trace.meta.end - trace.meta.start) / 86400.0
     by_kind: dict[str, float | None] = {}
@@ -225,7 +226,6 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
         mask = (failures["kind"] == kind).to_numpy()
         if mask.any():
             by_kind[kind] = _ratio(int(caught[mask].sum()), int(mask.sum()))
-    pre_s = failures["precursor_s"].to_numpy(dtype=float)
     by_length: dict[str, tuple[int, int]] = {}
     low = 0.0
     for high, label in PRECURSOR_BANDS:
