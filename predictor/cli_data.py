@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from predictor.failure_mix import MODES
-from predictor.generator_config import DEFAULT_START_TS, GeneratorConfig
+from predictor.generator_config import DEFAULT_START_TS, PRECURSOR_SHAPES, GeneratorConfig
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -18,7 +18,12 @@ if TYPE_CHECKING:
     from predictor.evaluate import EvaluationReport
 
 
-def _weights(option: str, text: str | None) -> dict[str, float] | None:
+_MAPPINGS = ("mix", "precursor_share", "precursor_shapes")
+"""GeneratorConfig fields that take KEY=WEIGHT lists of their own options, not ``--set``."""
+
+
+def _weights(option: str, text: str | None,
+             keys: tuple[str, ...] = MODES) -> dict[str, float] | None:
     """``"ecc=2,nic=1"`` -> {"ecc": 2.0, "nic": 1.0}."""
     if text is None:
         return None
@@ -30,7 +35,7 @@ def _weights(option: str, text: str | None) -> dict[str, float] | None:
         except ValueError:
             sep = ""
         if not sep:
-            raise typer.BadParameter(f"{part!r} is not MODE=NUMBER (modes: {', '.join(MODES)})",
+            raise typer.BadParameter(f"{part!r} is not KEY=NUMBER (keys: {', '.join(keys)})",
                                      param_hint=option)
     return out
 
@@ -42,10 +47,10 @@ def _overrides(items: list[str]) -> dict[str, object]:
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
-        if not sep or key not in fields or key in ("mix", "precursor_share"):
+        if not sep or key not in fields or key in _MAPPINGS:
             raise typer.BadParameter(
                 f"{item!r}: expected FIELD=VALUE with FIELD one of "
-                f"{', '.join(n for n in fields if n not in ('mix', 'precursor_share'))}",
+                f"{', '.join(n for n in fields if n not in _MAPPINGS)}",
                 param_hint="--set")
         try:
             out[key] = int(value) if key in ("seed", "nodes", "gpus_per_node", "rack_size",
@@ -75,6 +80,9 @@ def generate_trace_cmd(
     precursor_share: Annotated[str | None, typer.Option(
         help="Per-mode probability of a precursor, MODE=P,... (others keep their default).",
     )] = None,
+    precursor_shapes: Annotated[str | None, typer.Option(
+        help=f"How precursors grow, SHAPE=W,... (shapes: {', '.join(PRECURSOR_SHAPES)}; "
+             "e.g. ramp=1,episodic=1 for half of each). Default: ramps only.")] = None,
     precursor_min: Annotated[float, typer.Option(help="Shortest precursor, seconds.")] = 600.0,
     precursor_max: Annotated[float, typer.Option(help="Longest precursor, seconds.")] = 28800.0,
     intensity_min: Annotated[float, typer.Option(help="Weakest precursor intensity.")] = 0.3,
@@ -108,6 +116,9 @@ def generate_trace_cmd(
     mix_weights = _weights("--mix", mix)
     if mix_weights is not None:
         kwargs["mix"] = mix_weights
+    shapes = _weights("--precursor-shapes", precursor_shapes, PRECURSOR_SHAPES)
+    if shapes is not None:
+        kwargs["precursor_shapes"] = shapes
     kwargs.update(_overrides(set_ or []))
     try:
         config = GeneratorConfig(**kwargs)  # type: ignore[arg-type]

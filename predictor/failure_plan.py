@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from predictor.failure_mix import MODE_KIND, MODES, FailureKind, Mode, sample_repair_s
-from predictor.generator_config import GeneratorConfig
+from predictor.generator_config import PRECURSOR_SHAPES, GeneratorConfig
 
 MIN_REPAIR_S = 300.0
 
@@ -32,6 +32,8 @@ class PlannedFailure:
     repair_s: float
     """How long the node stays out for repair once drained (drain: 0 for node failures, else
     1-10 min after ``ts``)."""
+    shape: str = "ramp"
+    """How the precursor's strength grows (``generator_config.PRECURSOR_SHAPES``)."""
 
     @property
     def kind(self) -> FailureKind:
@@ -76,19 +78,28 @@ def plan_failures(config: GeneratorConfig, rng: np.random.Generator) -> list[Pla
             intensity=_log_uniform(rng, config.intensity_min, config.intensity_max),
             repair_s=float(repair_s),
         ))
-    return plan
+    if config.ramps_only:
+        return plan
+    # Shapes from a stream of their own: the same seed places the same failures whatever shapes
+    # it draws.
+    shape_rng = np.random.default_rng([config.seed, 29])
+    w = np.array([float(config.precursor_shapes.get(s, 0.0)) for s in PRECURSOR_SHAPES])
+    shapes = shape_rng.choice(len(PRECURSOR_SHAPES), size=len(plan), p=w / w.sum())
+    return [replace(f, shape=PRECURSOR_SHAPES[int(i)]) for f, i in zip(plan, shapes, strict=True)]
 
 
 def failures_frame(plan: list[PlannedFailure], node_names: list[str], *,
                    detail: bool = False) -> pd.DataFrame:
-    """``failures.csv`` rows (ts,node,gpu,kind,precursor_s); ``detail`` adds mode and intensity."""
+    """``failures.csv`` rows (ts,node,gpu,kind,precursor_s); ``detail`` adds mode, intensity,
+    repair time and precursor shape."""
     rows = [{"ts": round(f.ts, 3), "node": node_names[f.node], "gpu": f.gpu, "kind": f.kind,
              "precursor_s": f.precursor_s, **({"mode": f.mode, "intensity": round(f.intensity, 3),
-                                               "repair_s": round(f.repair_s, 1)} if detail else {})}
+                                               "repair_s": round(f.repair_s, 1),
+                                               "shape": f.shape} if detail else {})}
             for f in plan]
     cols = ["ts", "node", "gpu", "kind", "precursor_s"]
     if detail:
-        cols += ["mode", "intensity", "repair_s"]
+        cols += ["mode", "intensity", "repair_s", "shape"]
     frame = pd.DataFrame(rows, columns=cols)
     frame["gpu"] = frame["gpu"].astype("int64")
     return frame

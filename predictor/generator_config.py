@@ -8,6 +8,13 @@ from dataclasses import dataclass, field
 
 from predictor.failure_mix import MODES, Mode, default_mix
 
+PRECURSOR_SHAPES: tuple[str, ...] = ("ramp", "sigmoid", "steps", "episodic", "surge")
+"""How a precursor's strength grows (``signatures.precursor_strength``): ``ramp`` along
+``u**p``; ``sigmoid`` develops in the middle of the precursor, then holds; ``steps`` jumps a few
+times and holds between; ``episodic`` comes and goes, its episodes closer together near the
+failure (an intermittent fault: a cracked solder joint, a flapping cable); ``surge`` trickles,
+then rises steeply in the last fifth or so."""
+
 DEFAULT_START_TS = 1_767_225_600.0
 """2026-01-01T00:00:00Z."""
 
@@ -58,6 +65,10 @@ class GeneratorConfig:
     """Weakest precursor intensity (1 = typical; log-uniform between min and max)."""
     intensity_max: float = 3.0
     """Strongest precursor intensity."""
+    precursor_shapes: Mapping[str, float] = field(default_factory=lambda: {"ramp": 1.0})
+    """Relative weight of each precursor shape (keys from ``PRECURSOR_SHAPES``): how a
+    precursor's strength grows from its start to the failure. The default, a ramp alone, is the
+    shape every trace had before shapes could be chosen (the same seed gives the same trace)."""
     noise: float = 1.0
     """Multiplier on gauge measurement noise."""
     repair_scale: float = 1.0
@@ -144,18 +155,26 @@ class GeneratorConfig:
             raise ValueError(f"generator.ts_jitter_s={self.ts_jitter_s} must be < interval_s/2")
         if self.days * 86400 < 2 * self.interval_s:
             raise ValueError(f"generator.days={self.days} must cover at least two samples")
-        for name, table in (("mix", self.mix), ("precursor_share", self.precursor_share)):
-            unknown = sorted(set(table) - set(MODES))
+        for name, table, known in (("mix", self.mix, MODES),
+                                   ("precursor_share", self.precursor_share, MODES),
+                                   ("precursor_shapes", self.precursor_shapes, PRECURSOR_SHAPES)):
+            unknown = sorted(set(table) - set(known))
             if unknown:
-                raise ValueError(f"generator.{name} has unknown mode(s) {', '.join(unknown)}; "
-                                 f"known: {', '.join(MODES)}")
+                raise ValueError(f"generator.{name} has unknown key(s) {', '.join(unknown)}; "
+                                 f"known: {', '.join(known)}")
             bad = {k: v for k, v in table.items() if not (math.isfinite(v) and v >= 0)}
             if bad:
                 raise ValueError(f"generator.{name} weights must be >= 0, got {bad}")
-        if sum(self.mix.values()) <= 0:
-            raise ValueError("generator.mix must give some mode a weight > 0")
+        for name, table in (("mix", self.mix), ("precursor_shapes", self.precursor_shapes)):
+            if sum(table.values()) <= 0:
+                raise ValueError(f"generator.{name} must give some key a weight > 0")
         if any(v > 1 for v in self.precursor_share.values()):
             raise ValueError("generator.precursor_share values are probabilities (<= 1)")
+
+    @property
+    def ramps_only(self) -> bool:
+        """Every precursor is a ramp (the default; no shape is drawn)."""
+        return all(v == 0 or k == "ramp" for k, v in self.precursor_shapes.items())
 
     def mode_weights(self) -> dict[Mode, float]:
         """Normalised weights over every mode."""

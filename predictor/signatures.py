@@ -20,12 +20,49 @@ from predictor.failure_plan import PlannedFailure
 from predictor.fleet_sim import FleetState
 
 
+def precursor_strength(shape: str, u: np.ndarray, p: float, precursor_s: float,
+                       rng: np.random.Generator) -> np.ndarray:
+    """Strength in [0, 1] at elapsed fractions ``u`` of a precursor ``precursor_s`` long.
+
+    ``ramp`` is ``u**p``. Degradation in the field is rarely that smooth: an HBM stack or a
+    cable often misbehaves in spells that come closer together (memory errors come clustered in
+    time: in Google's DRAM field study, Schroeder et al. 2009, a month with correctable errors
+    makes them 13-228 times likelier the next month), a thermal interface can degrade in a few
+    steps, and a fault can trickle for hours and surge at the end. The other shapes draw their
+    own parameters from ``rng``."""
+    if shape == "ramp":
+        return u ** p
+    if shape == "sigmoid":  # develops around a midpoint, then holds at full strength
+        mid, width = rng.uniform(0.2, 0.7), rng.uniform(0.04, 0.12)
+        lo, hi = (1 / (1 + np.exp(-(x - mid) / width)) for x in (0.0, 1.0))
+        return np.clip((1 / (1 + np.exp(-(u - mid) / width)) - lo) / (hi - lo), 0, 1)
+    if shape == "steps":  # a few jumps of random size, flat between
+        jumps = np.sort(rng.uniform(0, 0.95, int(rng.integers(2, 6))))
+        levels = np.minimum(np.cumsum(rng.dirichlet(np.ones(len(jumps)))), 1.0)
+        return np.concatenate([[0.0], levels])[np.searchsorted(jumps, u, side="right")]
+    if shape == "episodic":  # 2-6 spells of 1-10 min, closer together towards the failure,
+        # which comes in a last one
+        spell = rng.uniform(60, 600) / precursor_s  # mean length, a fraction of the precursor
+        n = int(rng.integers(2, 7))
+        last = max(rng.exponential(spell), 120.0 / precursor_s)  # the last 2 minutes at least
+        starts = np.concatenate([rng.uniform(0, 1, n) ** 0.6, [1.0 - last]])
+        ends = starts + np.concatenate([rng.exponential(spell, n), [last]])
+        on = ((u[:, None] >= starts) & (u[:, None] <= ends)).any(axis=1)
+        return on * (0.3 + 0.7 * u ** p)
+    if shape == "surge":  # a trickle, then a steep rise over the last 5-25%
+        knee = rng.uniform(0.75, 0.95)
+        return 0.1 * u + 0.9 * np.clip((u - knee) / (1 - knee), 0, 1) ** 1.5
+    raise ValueError(f"unknown precursor shape {shape!r}")
+
+
 def _ramp(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> tuple[int, np.ndarray]:
     """(first index, s over [first, failure index)) for the precursor of ``f``."""
     kf = state.index(f.ts)
     k0 = state.index(f.ts - f.precursor_s)
     u = np.clip((state.t[k0:kf] - (f.ts - f.precursor_s)) / max(f.precursor_s, 1.0), 0, 1)
-    return k0, u ** rng.uniform(1.0, 3.0)
+    p = rng.uniform(1.0, 3.0)  # drawn for every shape: the trace's other draws stay the same
+    shape_rng = np.random.default_rng([round(f.ts), f.node, f.gpu + 1])
+    return k0, precursor_strength(f.shape, u, p, max(f.precursor_s, 1.0), shape_rng)
 
 
 def _counts(rng: np.random.Generator, per_min: np.ndarray, interval_s: float) -> np.ndarray:

@@ -103,10 +103,25 @@ def test_generate_trace_rejects_bad_options(app: typer.Typer, tmp_path: Path) ->
     result = CliRunner().invoke(app, ["generate-trace", str(tmp_path / "x"), "--nodes", "0"])
     assert result.exit_code != 0 and "nodes" in result.output
     result = CliRunner().invoke(app, ["generate-trace", str(tmp_path / "x"), "--mix", "ecc"])
-    assert result.exit_code != 0 and "MODE=NUMBER" in result.output
+    assert result.exit_code != 0 and "KEY=NUMBER" in result.output
     result = CliRunner().invoke(app, ["generate-trace", str(tmp_path / "x"), "--set", "bogus=1"])
     assert result.exit_code != 0 and "bogus" in result.output
+    result = CliRunner().invoke(app, ["generate-trace", str(tmp_path / "x"),
+                                      "--precursor-shapes", "zigzag=1"])
+    assert result.exit_code != 0 and "precursor_shapes" in result.output
+    assert "zigzag" in result.output and "episodic" in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_generate_trace_draws_the_precursor_shapes_asked_for(app: typer.Typer,
+                                                              tmp_path: Path) -> None:
+    out = tmp_path / "shaped"
+    result = CliRunner().invoke(app, ["generate-trace", str(out), "--seed", "7", *SMALL,
+                                      "--failure-count", "3", "--repair-scale", "0.05",
+                                      "--precursor-shapes", "steps=1,surge=0"])
+    assert result.exit_code == 0, result.output
+    detail = pd.read_csv(out / "failures_detail.csv")
+    assert len(detail) == 3 and set(detail["shape"]) == {"steps"}
 
 
 def test_evaluate_does_not_care_about_row_order(app: typer.Typer, trace_dir: Path,

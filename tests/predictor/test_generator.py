@@ -14,7 +14,8 @@ from collector.metrics import GPU_COLUMNS, LINK_TRACE_METRICS, NODE_TRACE_METRIC
 from predictor import failure_mix
 from predictor.failure_plan import plan_failures
 from predictor.generator import DETAIL_FILE, GeneratedTrace, generate, write_generated
-from predictor.generator_config import GeneratorConfig
+from predictor.generator_config import PRECURSOR_SHAPES, GeneratorConfig
+from predictor.signatures import precursor_strength
 
 COUNTERS = ("gpu.ecc.sbe", "gpu.ecc.dbe", "gpu.rows.remapped.correctable",
             "gpu.rows.remapped.uncorrectable", "gpu.pcie.replay", "gpu.nvlink.crc_errors")
@@ -272,6 +273,7 @@ def test_counters_only_go_down_by_resetting(confounded: GeneratedTrace) -> None:
     ("precursor_max_s", 1.0), ("mix", {"meteor": 1.0}), ("mix", {"ecc": 0.0}),
     ("precursor_share", {"ecc": 2.0}), ("ts_jitter_s", 100.0), ("burst_max_s", 10.0),
     ("burst_min_per_min", 0.0), ("burst_max_per_min", 1.0),
+    ("precursor_shapes", {"zigzag": 1.0}), ("precursor_shapes", {"ramp": 0.0}),
 ])
 def test_bad_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
@@ -322,3 +324,44 @@ def test_some_chronically_slow_nodes_run_under_a_lower_power_limit() -> None:
     compute = trace.node.groupby("node")["train.compute.duration"].median()
     assert (compute[capped] > 1.02 * compute.median()).all()
     assert trace.failures is not None and trace.failures.empty
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_precursor_shapes_grow_as_named(seed: int) -> None:
+    u = np.linspace(0.0, 1.0, 481)  # a 4-hour precursor sampled every 30 s
+    s = {shape: precursor_strength(shape, u, 2.0, 4 * 3600.0, np.random.default_rng(seed))
+         for shape in PRECURSOR_SHAPES}
+    for shape, strength in s.items():
+        assert strength.min() >= 0 and strength.max() <= 1 and strength[0] < 0.05, shape
+        assert strength[-1] > 0.9, shape  # every shape is at full strength at the failure
+    assert np.array_equal(s["ramp"], u ** 2)
+    for shape in ("ramp", "sigmoid", "steps", "surge"):
+        assert np.all(np.diff(s[shape]) >= -1e-12), shape  # they never let go
+    assert s["sigmoid"][u <= 0.95].max() > 0.9  # developed before the end, then held
+    assert len(np.unique(s["steps"])) <= 6  # a few levels, flat between
+    assert s["surge"][u <= 0.75].max() <= 0.1  # a trickle until its last quarter at least
+    on = s["episodic"] > 0
+    quiet_after_a_spell = on[:-1] & ~on[1:]
+    assert quiet_after_a_spell.any() and on[-3:].all()  # comes and goes; the failure in a spell
+
+
+def test_shapes_change_only_how_precursors_grow() -> None:
+    base = {"seed": 11, **SMALL, "failure_count": 2, "mix": {"ecc": 1.0},
+            "precursor_share": {"ecc": 1.0}, "precursor_min_s": 7200.0,
+            "precursor_max_s": 7200.0, "intensity_min": 1.0, "intensity_max": 1.0,
+            "repair_scale": 0.02}
+    ramp = generate(GeneratorConfig(**base))
+    spells = generate(GeneratorConfig(**base, precursor_shapes={"episodic": 1.0}))
+    assert spells.trace.failures is not None and ramp.trace.failures is not None
+    pd.testing.assert_frame_equal(spells.trace.failures, ramp.trace.failures)
+    assert set(spells.detail()["shape"]) == {"episodic"} and set(ramp.detail()["shape"]) == {
+        "ramp"}
+    for f in spells.trace.failures.itertuples():
+        rows = _window(spells.trace.gpu, f.ts, 7200)
+        mine = rows[(rows["node"] == f.node) & (rows["gpu"] == f.gpu)]
+        errors = mine["gpu.ecc.sbe"].diff().fillna(0).to_numpy()
+        began = np.cumsum(errors) >= 20
+        quiet = np.convolve(errors == 0, np.ones(5), "valid") == 5  # 5 minutes without one
+        # Spells of errors with quiet minutes between them, not the steady ramp's growth.
+        assert (quiet & began[4:]).any(), errors.tolist()
+        assert errors[-5:].sum() > 0
