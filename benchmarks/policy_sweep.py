@@ -9,8 +9,10 @@ so ``cache`` backtests every trace once with a model and keeps that row per node
 through each policy variant in ``VARIANTS`` and scores the alerts with ``predictor.evaluate``:
 the same alerts ``foreshock backtest`` writes for that policy, in seconds instead of a backtest.
 
-Two sets: ``validation`` (fresh seeds of the three generators, used to choose a policy) and
-``suites`` (the five suites of ``benchmarks/backtest.py --figures``, for reporting only).
+Three sets: ``validation`` (fresh seeds of the three generators, used to choose a policy),
+``suites`` (the five suites of ``benchmarks/backtest.py --figures``, for reporting only) and
+``shaped`` (our generator on fresh seeds with precursors of every shape, not only ramps: how much
+a model leans on one shape of growth).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collector.fleet_trace import FleetTrace, TraceMeta
 from predictor.backtest import run
 from predictor.evaluate import evaluate
 from predictor.generator import GeneratorConfig, generate_trace
+from predictor.generator_config import PRECURSOR_SHAPES
 from predictor.hysteresis import AlertPolicy, PolicyConfig
 from predictor.replay import DEFAULT_EVERY_S
 from predictor.scorer import load_model
@@ -73,8 +76,21 @@ def _suite_makers() -> dict[str, Maker]:
     return out
 
 
+SHAPED = {shape: 1.0 for shape in PRECURSOR_SHAPES}
+
+
+def _shaped(rounds: int = 1) -> dict[str, Maker]:
+    """Our generator's fresh seeds (90 on, three a round at 30, 15 and 60 s), each precursor
+    in any of ``PRECURSOR_SHAPES`` with equal odds."""
+    return {f"shaped-{90 + 3 * r + i}": lambda s=90 + 3 * r + i, iv=iv: generate_trace(
+                GeneratorConfig(seed=s, **{**BASE, "interval_s": iv},  # type: ignore[arg-type]
+                                precursor_shapes=SHAPED))
+            for r in range(rounds) for i, iv in enumerate((30.0, 15.0, 60.0))}
+
+
 def _makers(which: str, rounds: int = 1) -> dict[str, Maker]:
-    return _validation(rounds) if which == "validation" else _suite_makers()
+    return {"validation": _validation, "shaped": _shaped}[which](rounds) \
+        if which != "suites" else _suite_makers()
 
 
 def _cache_one(args: tuple[str, int, str, Path, str | None, float]) -> str:
@@ -204,13 +220,15 @@ def main() -> None:
     p.add_argument("action", choices=("cache", "sweep"),
                    help="cache: backtest once and keep risks; sweep: replay policies on them")
     p.add_argument("dir", type=Path, help="where the cached risks live")
-    p.add_argument("--set", dest="which", choices=("validation", "suites"), default="validation",
-                   help="fresh seeds (choose a policy on these) or the five suites (report)")
+    p.add_argument("--set", dest="which", choices=("validation", "suites", "shaped"),
+                   default="validation",
+                   help="fresh seeds (choose a policy on these), the five suites (report) or our "
+                        "generator's fresh seeds with precursors of every shape")
     p.add_argument("--model", default=None, help="skops model path (default: the shipped one)")
     p.add_argument("--jobs", type=int, default=2, help="traces scored at once (cache)")
     p.add_argument("--rounds", type=int, default=1,
-                   help="validation: rounds of ten fresh fleets to cache (each round the next "
-                        "seeds of each generator); sweep pools whatever is cached")
+                   help="validation, shaped: rounds of fresh fleets to cache (ten, three; each "
+                        "round the next seeds of each generator); sweep pools whatever is cached")
     p.add_argument("--every", type=float, default=DEFAULT_EVERY_S,
                    help="cache: scoring period in trace seconds (the service scores every 30)")
     p.add_argument("--variant", action="append", default=None,
