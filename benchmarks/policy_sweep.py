@@ -89,8 +89,9 @@ def _shaped(rounds: int = 1) -> dict[str, Maker]:
 
 
 def _makers(which: str, rounds: int = 1) -> dict[str, Maker]:
-    return {"validation": _validation, "shaped": _shaped}[which](rounds) \
-        if which != "suites" else _suite_makers()
+    if which == "suites":
+        return _suite_makers()
+    return {"validation": _validation, "shaped": _shaped}[which](rounds)
 
 
 def _cache_one(args: tuple[str, int, str, Path, str | None, float]) -> str:

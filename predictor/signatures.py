@@ -40,8 +40,8 @@ def precursor_strength(shape: str, u: np.ndarray, p: float, precursor_s: float,
         jumps = np.sort(rng.uniform(0, 0.95, int(rng.integers(2, 6))))
         levels = np.minimum(np.cumsum(rng.dirichlet(np.ones(len(jumps)))), 1.0)
         return np.concatenate([[0.0], levels])[np.searchsorted(jumps, u, side="right")]
-    if shape == "episodic":  # 2-6 spells of 1-10 min, closer together towards the failure,
-        # which comes in a last one
+    if shape == "episodic":  # 2-6 spells averaging 1-10 min, closer together towards the
+        # failure, which comes in a last spell
         spell = rng.uniform(60, 600) / precursor_s  # mean length, a fraction of the precursor
         n = int(rng.integers(2, 7))
         last = max(rng.exponential(spell), 120.0 / precursor_s)  # the last 2 minutes at least
