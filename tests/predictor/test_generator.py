@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -357,11 +358,18 @@ def test_shapes_change_only_how_precursors_grow() -> None:
     assert set(spells.detail()["shape"]) == {"episodic"} and set(ramp.detail()["shape"]) == {
         "ramp"}
     for f in spells.trace.failures.itertuples():
-        rows = _window(spells.trace.gpu, f.ts, 7200)
-        mine = rows[(rows["node"] == f.node) & (rows["gpu"] == f.gpu)]
-        errors = mine["gpu.ecc.sbe"].diff().fillna(0).to_numpy()
-        began = np.cumsum(errors) >= 20
-        quiet = np.convolve(errors == 0, np.ones(5), "valid") == 5  # 5 minutes without one
-        # Spells of errors with quiet minutes between them, not the steady ramp's growth.
-        assert (quiet & began[4:]).any(), errors.tolist()
-        assert errors[-5:].sum() > 0
+        # Spells of errors with quiet minutes between them, where the ramp grows steadily.
+        assert _quiet_after_errors(spells.trace.gpu, f) and not _quiet_after_errors(
+            ramp.trace.gpu, f)
+        last = _window(spells.trace.gpu, f.ts, 300)
+        assert last.loc[(last["node"] == f.node) & (last["gpu"] == f.gpu), "gpu.ecc.sbe"].diff(
+            ).sum() > 0  # the failure comes in a spell
+
+
+def _quiet_after_errors(gpu: pd.DataFrame, f: Any) -> bool:
+    """Whether the failing GPU went 5 samples without a corrected error once 20 had come."""
+    rows = _window(gpu, f.ts, 7200)
+    errors = rows.loc[(rows["node"] == f.node) & (rows["gpu"] == f.gpu),
+                      "gpu.ecc.sbe"].diff().fillna(0).to_numpy()
+    quiet = np.convolve(errors == 0, np.ones(5), "valid") == 5
+    return bool((quiet & (np.cumsum(errors) >= 20)[4:]).any())
