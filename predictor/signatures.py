@@ -55,8 +55,9 @@ def precursor_strength(shape: str, u: np.ndarray, p: float, precursor_s: float,
     raise ValueError(f"unknown precursor shape {shape!r}")
 
 
-def _ramp(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> tuple[int, np.ndarray]:
-    """(first index, s over [first, failure index)) for the precursor of ``f``."""
+def _strength(state: FleetState, f: PlannedFailure,
+              rng: np.random.Generator) -> tuple[int, np.ndarray]:
+    """(first index, s over [first, failure index)) for the precursor of ``f``, in its shape."""
     kf = state.index(f.ts)
     k0 = state.index(f.ts - f.precursor_s)
     u = np.clip((state.t[k0:kf] - (f.ts - f.precursor_s)) / max(f.precursor_s, 1.0), 0, 1)
@@ -72,7 +73,7 @@ def _counts(rng: np.random.Generator, per_min: np.ndarray, interval_s: float) ->
 
 
 def _ecc(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> None:
-    k0, s = _ramp(state, f, rng)
+    k0, s = _strength(state, f, rng)
     kf = k0 + len(s)
     n, g = f.node, f.gpu
     rate = 0.1 + 40.0 * f.intensity * s  # corrected errors per minute
@@ -120,13 +121,13 @@ def _ecc_failure(state: FleetState, f: PlannedFailure, rng: np.random.Generator)
 
 
 def _thermal(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> None:
-    k0, s = _ramp(state, f, rng)
+    k0, s = _strength(state, f, rng)
     # Thermal interface failing: +23..+66 °C on one GPU, so it throttles and slows its node.
     state.temp_extra_c[k0:k0 + len(s), f.node, f.gpu] += (18.0 + 16.0 * f.intensity) * s
 
 
 def _nvlink(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> None:
-    k0, s = _ramp(state, f, rng)
+    k0, s = _strength(state, f, rng)
     kf = k0 + len(s)
     rate = 100.0 * f.intensity * s
     crc = state.inc["gpu.nvlink.crc_errors"]
@@ -137,14 +138,14 @@ def _nvlink(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> N
 
 
 def _pcie(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> None:
-    k0, s = _ramp(state, f, rng)
+    k0, s = _strength(state, f, rng)
     rate = 30.0 * f.intensity * s
     state.inc["gpu.pcie.replay"][k0:k0 + len(s), f.node, f.gpu] += _counts(
         rng, rate, state.interval_s)
 
 
 def _power(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> None:
-    k0, s = _ramp(state, f, rng)
+    k0, s = _strength(state, f, rng)
     kf = k0 + len(s)
     gpus = state.power_extra_w.shape[2]
     swing = rng.normal(0, 1, (len(s), gpus)) * (60.0 * f.intensity * s)[:, None]
@@ -155,14 +156,14 @@ def _power(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> No
 
 
 def _fan(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> None:
-    k0, s = _ramp(state, f, rng)
+    k0, s = _strength(state, f, rng)
     gpus = state.temp_extra_c.shape[2]
     amp = (6.0 + 8.0 * f.intensity) * np.asarray(rng.uniform(0.7, 1.3, gpus))
     state.temp_extra_c[k0:k0 + len(s), f.node] += s[:, None] * amp[None, :]
 
 
 def _nic(state: FleetState, f: PlannedFailure, rng: np.random.Generator) -> None:
-    k0, s = _ramp(state, f, rng)
+    k0, s = _strength(state, f, rng)
     depth = min(0.9, 0.25 + 0.25 * f.intensity)
     # Flapping: each probe sees a different share of the damage (CRC retries come in bursts).
     jitter = rng.uniform(0.4, 1.4, len(s))
