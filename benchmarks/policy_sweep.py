@@ -48,6 +48,12 @@ from backtest import BASE, _leads, band_counts, band_text, suite_makers
 Maker = Callable[[], FleetTrace]
 
 
+def _ours(seed: int, interval_s: float, **config: object) -> Maker:
+    """A fresh fleet of our generator: ``BASE`` at ``interval_s``, with ``config`` on top."""
+    return lambda: generate_trace(GeneratorConfig(  # type: ignore[arg-type]
+        seed=seed, **{**BASE, "interval_s": interval_s, **config}))
+
+
 def _validation(rounds: int = 1) -> dict[str, Maker]:
     """Fresh seeds of each generator, outside training (1000-1329) and the suites' seeds: ten
     fleets a round (ours 70-72, alt 570-572, third 770-773 in the first; the next round takes
@@ -56,8 +62,7 @@ def _validation(rounds: int = 1) -> dict[str, Maker]:
     for r in range(rounds):
         for i, iv in enumerate((30.0, 15.0, 60.0)):
             s = 3 * r + i
-            out[f"ours-{70 + s}"] = lambda s=s, iv=iv: generate_trace(
-                GeneratorConfig(seed=70 + s, **{**BASE, "interval_s": iv}))  # type: ignore[arg-type]
+            out[f"ours-{70 + s}"] = _ours(70 + s, iv)
             out[f"alt-{570 + s}"] = lambda s=s, iv=iv: alt_generator.generate(
                 seed=570 + s, nodes=48, days=2.0, interval_s=iv)
         for i, iv in enumerate((15.0, 30.0, 60.0, 15.0)):
@@ -82,9 +87,7 @@ SHAPED = {shape: 1.0 for shape in PRECURSOR_SHAPES}
 def _shaped(rounds: int = 1) -> dict[str, Maker]:
     """Our generator's fresh seeds (90 on, three a round at 30, 15 and 60 s), each precursor
     in any of ``PRECURSOR_SHAPES`` with equal odds."""
-    return {f"shaped-{90 + 3 * r + i}": lambda s=90 + 3 * r + i, iv=iv: generate_trace(
-                GeneratorConfig(seed=s, **{**BASE, "interval_s": iv},  # type: ignore[arg-type]
-                                precursor_shapes=SHAPED))
+    return {f"shaped-{90 + 3 * r + i}": _ours(90 + 3 * r + i, iv, precursor_shapes=SHAPED)
             for r in range(rounds) for i, iv in enumerate((30.0, 15.0, 60.0))}
 
 
