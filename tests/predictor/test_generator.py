@@ -24,15 +24,16 @@ STEPFUN = Path(__file__).resolve().parents[3] / "shared/data/stepfun-fault-trace
 SMALL = {"nodes": 8, "gpus_per_node": 4, "days": 1.0, "interval_s": 60.0}
 
 
-def _precursor_trace(mode: str) -> GeneratedTrace:
-    """Two failures of one mode, each with a 2-hour, typical-strength precursor, and no
-    chronically slow node (a lower power limit throttles a node as often as a failing supply:
+def _precursor_trace(mode: str, shapes: dict[str, float] | None = None) -> GeneratedTrace:
+    """Two failures of one mode, each with a 2-hour, typical-strength precursor (ramps unless
+    ``shapes`` says otherwise), and no chronically slow node (a lower power limit throttles a
+    node as often as a failing supply:
     ``test_some_chronically_slow_nodes_run_under_a_lower_power_limit``)."""
     return generate(GeneratorConfig(
         seed=11, **SMALL, failure_count=2, mix={mode: 1.0}, precursor_share={mode: 1.0},
         slow_node_fraction=0.0,
         precursor_min_s=7200.0, precursor_max_s=7200.0, intensity_min=1.0, intensity_max=1.0,
-        repair_scale=0.02,
+        repair_scale=0.02, precursor_shapes=shapes or {"ramp": 1.0},
     ))
 
 
@@ -347,12 +348,7 @@ def test_precursor_shapes_grow_as_named(seed: int) -> None:
 
 
 def test_shapes_change_only_how_precursors_grow() -> None:
-    base = {"seed": 11, **SMALL, "failure_count": 2, "mix": {"ecc": 1.0},
-            "precursor_share": {"ecc": 1.0}, "precursor_min_s": 7200.0,
-            "precursor_max_s": 7200.0, "intensity_min": 1.0, "intensity_max": 1.0,
-            "repair_scale": 0.02}
-    ramp = generate(GeneratorConfig(**base))
-    spells = generate(GeneratorConfig(**base, precursor_shapes={"episodic": 1.0}))
+    ramp, spells = _precursor_trace("ecc"), _precursor_trace("ecc", {"episodic": 1.0})
     assert spells.trace.failures is not None and ramp.trace.failures is not None
     pd.testing.assert_frame_equal(spells.trace.failures, ramp.trace.failures)
     assert set(spells.detail()["shape"]) == {"episodic"} and set(ramp.detail()["shape"]) == {
