@@ -60,10 +60,11 @@ def _strength(state: FleetState, f: PlannedFailure,
     """(first index, s over [first, failure index)) for the precursor of ``f``, in its shape."""
     kf = state.index(f.ts)
     k0 = state.index(f.ts - f.precursor_s)
-    u = np.clip((state.t[k0:kf] - (f.ts - f.precursor_s)) / max(f.precursor_s, 1.0), 0, 1)
+    length = max(f.precursor_s, 1.0)
+    u = np.clip((state.t[k0:kf] - (f.ts - f.precursor_s)) / length, 0, 1)
     p = rng.uniform(1.0, 3.0)  # drawn for every shape: the trace's other draws stay the same
     shape_rng = np.random.default_rng([round(f.ts), f.node, f.gpu + 1])
-    return k0, precursor_strength(f.shape, u, p, max(f.precursor_s, 1.0), shape_rng)
+    return k0, precursor_strength(f.shape, u, p, length, shape_rng)
 
 
 def _counts(rng: np.random.Generator, per_min: np.ndarray, interval_s: float) -> np.ndarray:
