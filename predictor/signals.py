@@ -4,11 +4,12 @@ lower the risk the most. Short human-readable strings, top signal first."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from predictor.feature_frames import RISING_COUNTERS
 from predictor.sustained import SHORT_WINDOWS_S, SUSTAINED, WINDOW_S
 
 _COUNTER_LABELS = {
@@ -30,9 +31,9 @@ _LABELS = {
     "xid_nvlink_6h": "{v:.0f} NVLink XID 74 in 6 h",
     "xid_bus_1h": "{v:.0f} XID 79 (fell off bus) in 1 h",
     "xid_other_1h": "{v:.0f} other hardware XIDs in 1 h",
-    "err_rise_5m": "an error counter (ECC/PCIe/NVLink) at {x:.3g}x its 6-h rate over 5m",
-    "err_rise_1h": "an error counter (ECC/PCIe/NVLink) at {x:.3g}x its 6-h rate over 1h",
-    "err_held_1h": "an error counter (ECC/PCIe/NVLink) above {r:.3g}/h all of the last hour",
+    "err_rise_5m": "{counter} at {x:.3g}x {its} 6-h rate over 5m",
+    "err_rise_1h": "{counter} at {x:.3g}x {its} 6-h rate over 1h",
+    "err_held_1h": "{counter} above {r:.3g}/h all of the last hour",
     "gap_frac_1h": "telemetry gaps {v:.0%} of last hour",
     "stale_intervals": "no sample for {v:.0f} intervals",
     "node_compute_z": "node compute time z={v:.1f} vs job (straggler)",
@@ -72,18 +73,29 @@ _LABELS = {
 }
 
 
+_POOLED: dict[str, Callable[[str], tuple[str, str]]] = {
+    "err_rise_5m": lambda c: (f"{c}_rate_5m", f"{c}_rate_6h"),
+    "err_rise_1h": lambda c: (f"{c}_rate_1h", f"{c}_rate_6h"),
+    "err_held_1h": lambda c: (f"{c}_held_1h", ""),
+}
+"""Features pooled over ``RISING_COUNTERS`` (the largest of one value per counter, less a
+second where named): how to find, in the same row, the counter that sets them."""
+
 MIN_DROP = 0.01
 """A feature is a signal when setting it back to its baseline lowers the risk by more."""
 
 _HELD = {name: source for kind in SUSTAINED.values() for name, (source, _) in kind.items()}
 
 
-def describe(feature: str, value: float) -> str:
-    """``ECC single-bit errors 42/h over 1h`` and the like."""
+def describe(feature: str, value: float, row: Mapping[str, float] | None = None) -> str:
+    """``ECC single-bit errors 42/h over 1h`` and the like. ``row`` (the entity's other
+    features) names the counter behind a feature pooled over several: "PCIe replays at 14x
+    their 6-h rate", not "an error counter". A held one names the counter that sets its source
+    now; the floor it held may have been set by another earlier (two counters rising in turn)."""
     if feature in _HELD:
         held_s = SHORT_WINDOWS_S.get(feature, WINDOW_S)
         span = "hour" if held_s == WINDOW_S else f"{held_s / 60:.0f} minutes"
-        return f"{describe(_HELD[feature], value)}, held for the last {span}"
+        return f"{describe(_HELD[feature], value, row)}, held for the last {span}"
     for key, label in _COUNTER_LABELS.items():
         prefix = f"{key}_rate_"
         if feature.startswith(prefix):
@@ -91,8 +103,26 @@ def describe(feature: str, value: float) -> str:
     template = _LABELS.get(feature)
     if template is None or not np.isfinite(value):
         return f"{feature}={value:.3g}"
+    counter = _counter_behind(feature, row)
     # Error rates are log1p per hour: x is a ratio of (1 + rate)s, r a rate back in errors/h.
-    return template.format(v=value, x=np.exp(value), r=np.expm1(value))
+    return template.format(v=value, x=np.exp(value), r=np.expm1(value),
+                           counter=counter or "an error counter (ECC/PCIe/NVLink)",
+                           its="their" if counter else "its")
+
+
+def _counter_behind(feature: str, row: Mapping[str, float] | None) -> str | None:
+    """The label of the counter that sets pooled ``feature`` in ``row``; None where it is not
+    pooled or the row lacks the per-counter values."""
+    columns = _POOLED.get(feature)
+    if columns is None or row is None:
+        return None
+    best, label = -np.inf, None
+    for c in RISING_COUNTERS:
+        a, b = columns(c)
+        value = row.get(a, np.nan) - (row.get(b, np.nan) if b else 0.0)
+        if np.isfinite(value) and value > best:
+            best, label = value, _COUNTER_LABELS[c]
+    return label
 
 
 def explain(risk_fn: Callable[[pd.DataFrame], np.ndarray], x: pd.DataFrame, risk: np.ndarray,
@@ -184,12 +214,20 @@ def _readable(cols: list[str], row: np.ndarray, baseline: np.ndarray, ranked: li
               top: int) -> list[str]:
     """The first ``top`` of ``ranked`` that read differently from their healthy baseline and
     from nothing at all: a decayed trace of one XID half an hour ago moves the model, but "0.0
-    memory XIDs in 5 min" or "step time z=0.0" tells the person on call nothing."""
+    memory XIDs in 5 min" or "step time z=0.0" tells the person on call nothing. A signal and
+    the same reading held for a while are named once, as held ("PCIe replays at 14x their 6-h
+    rate over 5m, held for the last 15 minutes" says all that the two would)."""
+    values = dict(zip(cols, row.tolist(), strict=True))
     out: list[str] = []
     for k in ranked:
-        text = describe(cols[k], row[k])
-        if _unsigned_zero(text) not in {_unsigned_zero(describe(cols[k], v))
-                                        for v in (baseline[k], 0.0)}:
+        text = describe(cols[k], row[k], values)
+        if _unsigned_zero(text) in {_unsigned_zero(describe(cols[k], v, values))
+                                    for v in (baseline[k], 0.0)}:
+            continue
+        if any(named.startswith(f"{text}, held") for named in out):
+            continue
+        out = [text if text.startswith(f"{named}, held") else named for named in out]
+        if text not in out:
             out.append(text)
             if len(out) == top:
                 break

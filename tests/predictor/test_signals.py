@@ -84,3 +84,57 @@ def test_a_held_signal_says_how_long_it_has_held() -> None:
     assert describe("err_rise_held_15m", ratio).endswith(", held for the last 15 minutes")
     assert describe("err_rise_held_1h", ratio).endswith(", held for the last hour")
     assert "10.8x" in describe("err_rise_held_15m", ratio)
+
+
+def _rates(sbe: tuple[float, float], pcie: tuple[float, float],
+           nvlink: tuple[float, float]) -> dict[str, float]:
+    """log1p errors/h over 5m and 6h per counter, and the pooled rise the features derive."""
+    row = {}
+    for name, (r5, r6) in (("sbe", sbe), ("pcie", pcie), ("nvlink", nvlink)):
+        row[f"{name}_rate_5m"], row[f"{name}_rate_6h"] = np.log1p(r5), np.log1p(r6)
+    row["err_rise_5m"] = max(row[f"{c}_rate_5m"] - row[f"{c}_rate_6h"]
+                             for c in ("sbe", "pcie", "nvlink"))
+    return row
+
+
+def _rise_risk(x: pd.DataFrame) -> np.ndarray:
+    # Growth is what alarms this model, whichever counter grows; steady rates do not.
+    rise = x["err_rise_5m"].to_numpy(dtype=np.float64)
+    held = x.get("err_rise_held_15m", pd.Series(0.0, index=x.index)).to_numpy(dtype=np.float64)
+    return np.clip(0.1 * rise + 0.1 * held, 0.0, 1.0)
+
+
+def test_growth_pooled_over_counters_names_the_counter_that_grew() -> None:
+    # SBE runs at a steady 400/h (no growth), PCIe replays jump from 10/h to 1,100/h (100x): the
+    # person on call should read "PCIe replays", not "an error counter".
+    x = pd.DataFrame([_rates(sbe=(400.0, 400.0), pcie=(1100.0, 10.0), nvlink=(0.0, 0.0))])
+    [signals] = explain(_rise_risk, x, _rise_risk(x), np.zeros(x.shape[1]), above=0.2, top=1)
+    assert signals == ("PCIe replays at 100x their 6-h rate over 5m",)
+    # NVLink CRC errors growing instead: the name follows the counter.
+    x = pd.DataFrame([_rates(sbe=(400.0, 400.0), pcie=(0.0, 0.0), nvlink=(300.0, 2.0))])
+    [signals] = explain(_rise_risk, x, _rise_risk(x), np.zeros(x.shape[1]), above=0.2, top=1)
+    assert signals == ("NVLink CRC errors at 100x their 6-h rate over 5m",)
+    # A floor held for the hour names the counter that held it.
+    held = {"sbe_held_1h": np.log1p(30.0), "pcie_held_1h": np.log1p(200.0),
+            "nvlink_held_1h": np.nan}
+    assert describe("err_held_1h", np.log1p(200.0), held) == (
+        "PCIe replays above 200/h all of the last hour")
+    # A row without the per-counter rates cannot say which: it says so rather than guess.
+    assert describe("err_rise_5m", float(np.log(101.0))) == (
+        "an error counter (ECC/PCIe/NVLink) at 101x its 6-h rate over 5m")
+
+
+def test_a_reading_and_the_same_reading_held_are_named_once_as_held() -> None:
+    # Replays at 100x for the last 15 minutes: "at 100x over 5m" and "at 100x over 5m, held
+    # for the last 15 minutes" would spend two of three signals on one fact.
+    row = _rates(sbe=(0.0, 0.0), pcie=(1100.0, 10.0), nvlink=(0.0, 0.0))
+    x = pd.DataFrame([{**row, "err_rise_held_15m": row["err_rise_5m"]}])
+    [signals] = explain(_rise_risk, x, _rise_risk(x), np.zeros(x.shape[1]), above=0.2, top=3)
+    assert signals == ("PCIe replays at 100x their 6-h rate over 5m, held for the last "
+                       "15 minutes",)
+    # Held at a lower floor (20x) while at 100x now: two facts, both named.
+    x = pd.DataFrame([{**row, "err_rise_held_15m": float(np.log(20.0))}])
+    [signals] = explain(_rise_risk, x, _rise_risk(x), np.zeros(x.shape[1]), above=0.2, top=3)
+    assert sorted(signals) == [
+        "PCIe replays at 100x their 6-h rate over 5m",
+        "PCIe replays at 20x their 6-h rate over 5m, held for the last 15 minutes"]
