@@ -100,6 +100,22 @@ def band_counts(rep: EvaluationReport) -> Counter[str]:
     return out
 
 
+def estimate_counts(rep: EvaluationReport) -> Counter[str]:
+    """Caught failures with a lead estimate (``est/n``), those within 2x (``est/2x``) and those
+    that failed sooner than estimated (``est/soon``), for pooling."""
+    n = rep.lead_estimates
+    return Counter({"est/n": n, "est/2x": round((rep.lead_estimate_within_2x or 0.0) * n),
+                    "est/soon": round((rep.lead_estimate_too_long or 0.0) * n)})
+
+
+def estimate_text(counts: Counter[str]) -> str:
+    """Pooled lead estimates: ``lead estimate within 2x 12/40, failed sooner 30/40``."""
+    n = counts["est/n"]
+    if not n:
+        return "no lead estimates"
+    return f"lead estimate within 2x {counts['est/2x']}/{n}, failed sooner {counts['est/soon']}/{n}"
+
+
 def band_text(bands: Counter[str]) -> str:
     """Pooled recall per precursor length: ``< 30 min 9/27, 30 min-2 h 24/25, ...``."""
     return ", ".join(f"{band} {bands[f'{band}/c']}/{bands[f'{band}/n']}"
@@ -130,6 +146,7 @@ def figures(model_spec: str | None, count: int, only: str | None = None,
                     tot[k] = tot.get(k, 0.0) + float(getattr(rep, k))
                 leads += _leads(trace, alerts)
                 bands.update(band_counts(rep))
+                bands.update(estimate_counts(rep))
             rec = tot["caught_with_precursor"] / max(tot["failures_with_precursor"], 1)
             prec = tot["true_episodes"] / max(tot["true_episodes"] + tot["false_episodes"], 1)
             fpk = tot["false_episodes"] / tot["node_days"] * 1000
@@ -141,7 +158,7 @@ def figures(model_spec: str | None, count: int, only: str | None = None,
                   f"({tot['true_episodes']:.0f}/{tot['true_episodes'] + tot['false_episodes']:.0f})"
                   f"  false/1000 node-days {fpk:.1f}  median lead {lead:.0f} min  "
                   f"GPU named right {gacc:.2f}\n       recall by precursor length: "
-                  f"{band_text(bands)}")
+                  f"{band_text(bands)}\n       {estimate_text(bands)}")
 
 
 def timing(model_spec: str | None) -> None:

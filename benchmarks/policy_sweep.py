@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from collector.fleet_trace import FleetTrace, TraceMeta
-from predictor.backtest import run
+from predictor.backtest import ALERT_COLUMNS, run
 from predictor.evaluate import evaluate
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.generator_config import PRECURSOR_SHAPES
@@ -43,7 +43,15 @@ from predictor.scorer import load_model
 sys.path.insert(0, str(Path(__file__).parent))
 import alt_generator
 import third_generator
-from backtest import BASE, _leads, band_counts, band_text, suite_makers
+from backtest import (
+    BASE,
+    _leads,
+    band_counts,
+    band_text,
+    estimate_counts,
+    estimate_text,
+    suite_makers,
+)
 
 Maker = Callable[[], FleetTrace]
 
@@ -141,13 +149,15 @@ def alerts_for(rows: pd.DataFrame, config: PolicyConfig) -> pd.DataFrame:
     """The alert rows ``predictor.backtest.run`` writes for ``config`` on these top rows."""
     policy = AlertPolicy(config=config)
     out = []
-    frame = rows.assign(lead_s=np.nan, signals=[()] * len(rows))
+    frame = rows.assign(signals=[()] * len(rows))
+    if "lead_s" not in frame:  # cached before the timeline carried it
+        frame["lead_s"] = np.nan
     for t, tick in frame.groupby("ts", sort=True):
         for tr in policy.step(tick, float(t)):
             if tr.action != "resolve":
                 out.append((tr.ts, tr.node, -1 if tr.gpu is None else tr.gpu, tr.kind,
-                            tr.risk, ""))
-    return pd.DataFrame(out, columns=["ts", "node", "gpu", "kind", "score", "reason"])
+                            tr.risk, "", np.nan if tr.lead_s is None else tr.lead_s))
+    return pd.DataFrame(out, columns=list(ALERT_COLUMNS))
 
 
 VARIANTS: dict[str, PolicyConfig] = {
@@ -203,6 +213,7 @@ def sweep(base: Path, which: str, names: list[str] | None) -> None:
                 tot["nd"] += rep.node_days
                 leads += _leads(trace, alerts)
                 bands.update(band_counts(rep))
+                bands.update(estimate_counts(rep))
             for k in pooled:
                 pooled[k] += tot[k]
             pooled_leads += leads
@@ -215,7 +226,7 @@ def _line(tot: dict[str, float], leads: list[float], bands: Counter[str]) -> str
     lead = f"{np.median(leads) / 60:.0f} min" if leads else "-"
     return (f"{tot['c']:.0f}/{tot['p']:.0f} {tot['t'] / max(tot['t'] + tot['f'], 1):.2f} "
             f"{tot['f'] / tot['nd'] * 1000:.1f} ({lead}; {tot['f']:.0f} false) "
-            f"[{band_text(bands)}]")
+            f"[{band_text(bands)}; {estimate_text(bands)}]")
 
 
 def main() -> None:

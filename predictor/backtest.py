@@ -20,8 +20,11 @@ from predictor.hysteresis import AlertPolicy, PolicyConfig
 from predictor.replay import DEFAULT_EVERY_S, replay, ticks
 from predictor.scorer import Model, Scorer
 
-ALERT_COLUMNS: tuple[str, ...] = ("ts", "node", "gpu", "kind", "score", "reason")
-TIMELINE_COLUMNS: tuple[str, ...] = ("ts", "node", "kind", "gpu", "peer", "risk")
+ALERT_COLUMNS: tuple[str, ...] = ("ts", "node", "gpu", "kind", "score", "reason", "lead_s")
+"""fleet-trace.md's columns, then ``lead_s``: the model's estimate of the time to failure when
+the row was raised (empty where it gives none, as the rules never do), which ``foreshock
+evaluate`` holds against the failures that followed."""
+TIMELINE_COLUMNS: tuple[str, ...] = ("ts", "node", "kind", "gpu", "peer", "risk", "lead_s")
 
 @dataclass(frozen=True, kw_only=True)
 class BacktestResult:
@@ -51,7 +54,7 @@ def run(trace: FleetTrace, model: Model, *, every_s: float = DEFAULT_EVERY_S,
                        events=trace.events, failures=None)  # labels never reach the scorer
     scorer = Scorer(model)
     alerts = AlertPolicy(config=policy or policy_for(model))
-    rows: list[tuple[float, str, int, str, float, str]] = []
+    rows: list[tuple[float, str, int, str, float, str, float]] = []
     timeline: list[pd.DataFrame] = []
     total = len(ticks(trace, every_s))
     for i, feats in enumerate(replay(trace, every_s=every_s)):
@@ -61,7 +64,8 @@ def run(trace: FleetTrace, model: Model, *, every_s: float = DEFAULT_EVERY_S,
                 continue
             where = f"link {tr.node}->{tr.peer}: " if tr.kind == "link" else ""
             rows.append((tr.ts, tr.node, -1 if tr.gpu is None else tr.gpu, tr.kind,
-                         round(tr.risk, 4), where + "; ".join(tr.signals)))
+                         round(tr.risk, 4), where + "; ".join(tr.signals),
+                         np.nan if tr.lead_s is None else round(tr.lead_s, 1)))
         if len(risks):
             order = np.argsort(-risks["risk"].to_numpy(dtype=np.float64), kind="stable")
             top = risks.iloc[order].drop_duplicates("node", keep="first")
@@ -78,7 +82,8 @@ def run(trace: FleetTrace, model: Model, *, every_s: float = DEFAULT_EVERY_S,
 
 
 def write_alerts(alerts: pd.DataFrame, path: Path | str) -> None:
-    """``alerts.csv`` with an empty ``gpu`` cell for link and node alerts."""
+    """``alerts.csv`` with an empty ``gpu`` cell for link and node alerts (and an empty
+    ``lead_s`` where there is no estimate)."""
     out = alerts.copy()
     out["gpu"] = [("" if g < 0 else str(int(g))) for g in out["gpu"].to_numpy()]
     out["ts"] = out["ts"].map(lambda v: f"{v:.3f}")

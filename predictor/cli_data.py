@@ -188,6 +188,12 @@ def _report_table(report: EvaluationReport, *, title: str) -> Table:
                   f"{r.false_episodes} over {r.node_days:,.1f} node-days")
     table.add_row("median lead time", fmt(r.median_lead_s, seconds=True),
                   f"{r.caught} caught failures")
+    if r.lead_estimates:
+        table.add_row("lead estimate, times off (median)", fmt(r.lead_estimate_factor),
+                      f"{r.lead_estimates} caught failures with an estimate")
+        table.add_row("  within 2x", fmt(r.lead_estimate_within_2x, percent=True), "")
+        table.add_row("  failed sooner than estimated", fmt(r.lead_estimate_too_long,
+                                                           percent=True), "")
     table.add_row("GPU named right", fmt(r.gpu_accuracy, percent=True),
                   f"{r.gpu_named_right}/{r.gpu_failures_caught} caught GPU failures")
     table.add_row("alert rows", f"{r.alerts:,}", "")

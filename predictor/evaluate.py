@@ -2,6 +2,9 @@
 
 * A failure is *caught* when an alert naming its node was raised between 6 h and 60 s before it
   (both bounds inclusive); its lead time is measured from the earliest such alert.
+* Where alerts carry ``lead_s`` (the time to failure the model estimated when the row was raised;
+  Foreshock's backtests write it, fleet-trace.md does not require it), each caught failure's
+  estimate at its earliest qualifying alert is held against the lead it really had.
 * Alert rows on one node less than 30 min apart form one *episode*. An episode is *true* when a
   failure on its node follows its start by at least 60 s and at most 6 h, *false* when no failure
   on its node follows its start within 6 h, and *late* otherwise (the only failures that follow
@@ -24,6 +27,8 @@ HORIZON_S = 6 * 3600.0
 MIN_LEAD_S = 60.0
 EPISODE_GAP_S = 30 * 60.0
 ALERT_COLUMNS = ("ts", "node", "gpu", "kind", "score", "reason")
+LEAD_COLUMN = "lead_s"
+"""Optional alerts column: the estimated time to failure (seconds) when the row was raised."""
 ALERT_KINDS = ("gpu", "link", "node")
 PRECURSOR_BANDS: tuple[tuple[float, str], ...] = (
     (1800.0, "< 30 min"), (7200.0, "30 min-2 h"), (float("inf"), ">= 2 h"))
@@ -85,6 +90,16 @@ class EvaluationReport:
     """Of those, failures where an alert in the catch window named the failing GPU."""
     gpu_accuracy: float | None
     """gpu_named_right / gpu_failures_caught."""
+    lead_estimates: int = 0
+    """Caught failures whose earliest qualifying alert carried a lead estimate (``lead_s``)."""
+    lead_estimate_factor: float | None = None
+    """Median of max(estimate / lead, lead / estimate) over those: how many times off an
+    estimate typically is (1: exact)."""
+    lead_estimate_within_2x: float | None = None
+    """Share of those estimated to within a factor of two of the lead they had."""
+    lead_estimate_too_long: float | None = None
+    """Share of those that failed sooner than estimated: the error that costs a drain, since
+    a checkpoint put off to fit the estimate comes too late."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=False)
@@ -125,6 +140,17 @@ def validate_alerts(alerts: pd.DataFrame, *, source: str = "alerts") -> pd.DataF
         raise AlertsFormatError(source, f"column 'kind' has {bad_kind[0]!r}; expected one of "
                                         f"{', '.join(ALERT_KINDS)}")
     out["reason"] = out["reason"].fillna("").astype(str)
+    if LEAD_COLUMN in alerts.columns:
+        lead = pd.to_numeric(alerts[LEAD_COLUMN], errors="coerce")
+        text = alerts[LEAD_COLUMN].astype(str).str.strip()
+        bad = (lead.isna() & alerts[LEAD_COLUMN].notna() & (text != "") & (text != "nan")) | (
+            lead < 0) | np.isinf(lead.to_numpy(dtype=float))
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise AlertsFormatError(source, f"column {LEAD_COLUMN!r} has a bad value "
+                                            f"{text.iloc[row]!r} in row {row + 1} "
+                                            "(seconds >= 0, or empty for no estimate)")
+        out[LEAD_COLUMN] = lead.to_numpy(dtype=float)
     return out.sort_values(["node", "ts"], kind="stable").reset_index(drop=True)
 
 
@@ -134,7 +160,8 @@ def read_alerts(path: Path | str) -> pd.DataFrame:
     if not path.is_file():
         raise AlertsFormatError(str(path), "missing")
     try:
-        frame = pd.read_csv(path, dtype={"node": str, "kind": str, "reason": str})
+        frame = pd.read_csv(path, dtype={"node": str, "kind": str, "reason": str,
+                                         LEAD_COLUMN: str})
     except pd.errors.EmptyDataError as exc:
         raise AlertsFormatError(str(path), f"is empty (needs a header {','.join(ALERT_COLUMNS)})"
                                 ) from exc
@@ -175,12 +202,16 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
                                         "of the trace")
     failures = _checked_failures(trace, failures_path)
     by_node = {n: g["ts"].to_numpy(dtype=float) for n, g in alerts.groupby("node", sort=False)}
+    estimates = ({n: g[LEAD_COLUMN].to_numpy(dtype=float)
+                  for n, g in alerts.groupby("node", sort=False)}
+                 if LEAD_COLUMN in alerts.columns else {})
     gpus_by_node = {n: g["gpu"].to_numpy() for n, g in alerts.groupby("node", sort=False)}
     fail_by_node = {n: np.sort(g["ts"].to_numpy(dtype=float))
                     for n, g in failures.groupby("node", sort=False)}
 
     caught = np.zeros(len(failures), dtype=bool)
     leads: list[float] = []
+    estimated: list[tuple[float, float]] = []  # (estimate, lead) per caught failure
     gpu_caught = gpu_right = 0
     f_ts = failures["ts"].to_numpy(dtype=float)
     f_node = failures["node"].astype(str).to_numpy()
@@ -196,6 +227,8 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
             continue
         caught[i] = True
         leads.append(float(f_ts[i] - ts_arr[lo]))
+        if f_node[i] in estimates and np.isfinite(estimates[f_node[i]][lo]):
+            estimated.append((float(estimates[f_node[i]][lo]), leads[-1]))
         if f_kind[i] == "gpu" and f_gpu[i] >= 0:
             gpu_caught += 1
             gpu_right += int(np.any(gpus_by_node[f_node[i]][lo:hi] == f_gpu[i]))
@@ -255,7 +288,21 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
         gpu_failures_caught=gpu_caught,
         gpu_named_right=gpu_right,
         gpu_accuracy=_ratio(gpu_right, gpu_caught),
+        lead_estimates=len(estimated),
+        **_lead_estimate_figures(estimated),
     )
+
+
+def _lead_estimate_figures(pairs: list[tuple[float, float]]) -> dict[str, float | None]:
+    """``lead_estimate_factor``, ``_within_2x`` and ``_too_long`` of (estimate, lead) pairs."""
+    if not pairs:
+        return {}
+    est, lead = np.array(pairs).T
+    with np.errstate(divide="ignore"):
+        factor = np.maximum(est / lead, lead / est)  # leads are >= 60 s; 0 estimates give inf
+    return {"lead_estimate_factor": float(np.median(factor)),
+            "lead_estimate_within_2x": float(np.mean(factor <= 2.0)),
+            "lead_estimate_too_long": float(np.mean(est > lead))}
 
 
 def format_value(value: float | None, *, percent: bool = False, seconds: bool = False) -> str:

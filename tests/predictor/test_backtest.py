@@ -56,6 +56,7 @@ def test_cli_backtest_writes_alerts_csv_and_plot_without_reading_failures(
     assert tuple(alerts.columns) == ALERT_COLUMNS
     assert alerts["kind"].isin(["gpu", "node", "link"]).all()
     assert alerts["ts"].between(trace.meta.start, trace.meta.end).all()
+    assert alerts["lead_s"].isna().all()  # a threshold gives no estimate of when
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -74,6 +75,14 @@ def test_cli_backtest_fire_at_trades_lead_for_fewer_alerts(tmp_path: Path, cli: 
         alerts = pd.read_csv(out)
         rows[label] = len(alerts)
         first[label] = alerts.loc[alerts["node"] == "n001", "ts"].min()
+        # Every row before the failure says how long the model expects (after it the node is
+        # scored as failed, with no estimate).
+        assert (alerts.loc[alerts["ts"] < T0 + 6 * 3600, "lead_s"] > 0).all()
+    # evaluate holds the estimate at the first alert against the lead the failure gave.
+    res = CliRunner().invoke(cli, ["evaluate", str(root), "--alerts",
+                                   str(tmp_path / "default.csv")])
+    assert res.exit_code == 0, res.output
+    assert "lead estimate, times off" in res.output and "1 caught failures with an" in res.output
     # The ECC ramp on n001 still alerts under the stricter threshold, an hour later.
     assert first["default"] < first["strict"] <= T0 + 6 * 3600 - 60
     assert rows["strict"] < rows["default"]

@@ -160,6 +160,42 @@ def test_malformed_alerts_name_file_and_column(tmp_path: Path, content: str, col
     assert str(path) in str(err.value) and column in str(err.value)
 
 
+def test_lead_estimates_are_held_against_the_lead_each_failure_had() -> None:
+    # Three caught failures whose first alerts came 2 h, 1 h and 10 min ahead, estimated at
+    # 1.5 h (1.33x off, long enough), 3 h (3x off: it failed sooner) and 15 min (1.5x off,
+    # failed sooner); later rows of an alert carry other estimates, which do not count.
+    trace = _trace([(F, "n0", 3, "gpu", 3 * H), (F, "n1", -1, "node", 2 * H),
+                    (F, "n2", -1, "link", 1800.0)])
+    alerts = _alerts([(F - 2 * H, "n0", 3, "gpu"), (F - 1 * H, "n0", 3, "gpu"),
+                      (F - H, "n1", None, "node"), (F - 600, "n2", None, "link")])
+    alerts["lead_s"] = [1.5 * H, 10.0, 3 * H, 900.0]
+    r = evaluate(trace, alerts)
+    assert r.lead_estimates == 3
+    assert r.lead_estimate_factor == pytest.approx(1.5)
+    assert r.lead_estimate_within_2x == pytest.approx(2 / 3)
+    assert r.lead_estimate_too_long == pytest.approx(2 / 3)
+    # An alert without an estimate (the rules give none: an empty cell) is left out of them,
+    # not counted as wrong; the detection figures stay as they were.
+    alerts["lead_s"] = [None, 10.0, 3 * H, None]
+    r2 = evaluate(trace, alerts)
+    assert (r2.lead_estimates, r2.lead_estimate_factor) == (1, pytest.approx(3.0))
+    assert (r2.caught, r2.median_lead_s) == (r.caught, r.median_lead_s)
+    # Alerts in fleet-trace.md's columns alone: no estimate figures at all.
+    r3 = evaluate(trace, alerts.drop(columns="lead_s"))
+    assert (r3.lead_estimates, r3.lead_estimate_factor, r3.lead_estimate_too_long) == (
+        0, None, None)
+
+
+@pytest.mark.parametrize("value", ["soon", "-60", "inf"])
+def test_a_bad_lead_estimate_names_the_column_and_row(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "alerts.csv"
+    path.write_text(f"ts,node,gpu,kind,score,reason,lead_s\n1,n0,,node,0.5,x,600\n"
+                    f"2,n0,,node,0.5,x,{value}\n")
+    with pytest.raises(AlertsFormatError, match=f"column 'lead_s' has a bad value '{value}' "
+                                                "in row 2"):
+        read_alerts(path)
+
+
 def test_alerts_for_unknown_nodes_are_refused() -> None:
     with pytest.raises(AlertsFormatError, match="column 'node' names 'n9'"):
         evaluate(_trace([]), _alerts([(F, "n9", None, "node")]), source="alerts.csv")
