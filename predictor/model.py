@@ -12,7 +12,7 @@ import hashlib
 import json
 import zipfile
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -21,7 +21,7 @@ import pandas as pd
 import sklearn
 import skops.io as sio
 from sklearn.calibration import CalibratedClassifierCV
-from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import ThreadpoolController
 
@@ -32,6 +32,9 @@ FORMAT = "foreshock-model/2"
 READABLE_FORMATS = ("foreshock-model/1", FORMAT)
 """/1 held one classifier per kind; /2 holds one or more (an average), and reads /1 files."""
 LEAD_EDGES = np.array([0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0001])
+LEARNED_LEAD_ABOVE = 0.2
+"""Risk from which a model with lead regressors estimates the lead with them (below, where no
+lane of the alert policy fires, the risk bin's median serves and costs nothing)."""
 DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "default.skops"
 SERIAL_BELOW_ROWS = 512
 """Batches smaller than this are scored on one OpenMP thread. Boosted trees open a parallel
@@ -74,6 +77,9 @@ class KindModel:
     """Median time to failure of positive training rows per risk bin (``LEAD_EDGES``)."""
     keep_healthy: list[float]
     """Share of healthy rows each classifier was fitted on: the prior correction undoes it."""
+    lead_estimators: list[object] = field(default_factory=list)
+    """Regressors of log time to failure on the failing training rows, one per member (empty
+    in models fitted before them: ``lead_s`` then estimates alone)."""
 
     def __post_init__(self) -> None:
         if not self.estimators or len(self.estimators) != len(self.keep_healthy):
@@ -91,9 +97,22 @@ class KindModel:
                 total += prior_corrected(p, keep)
         return total / len(self.estimators)
 
-    def lead(self, risk: np.ndarray) -> np.ndarray:
+    def lead(self, risk: np.ndarray, x: pd.DataFrame | None = None, *,
+             above: float = LEARNED_LEAD_ABOVE, horizon_s: float = 6 * 3600.0) -> np.ndarray:
+        """Estimated seconds to failure: the risk bin's median (``lead_s``), and where the risk
+        is at least ``above`` and ``x`` is given, the members' regressors (geometric mean of
+        their estimates, within 1 minute and ``horizon_s``)."""
         idx = np.clip(np.searchsorted(LEAD_EDGES, risk, side="right") - 1, 0, len(self.lead_s) - 1)
-        return self.lead_s[idx]
+        out = self.lead_s[idx].copy()
+        rows = np.flatnonzero(risk >= above)
+        if x is None or not self.lead_estimators or not len(rows):
+            return out
+        arr = x.iloc[rows].reindex(columns=self.features).to_numpy(dtype=np.float64)
+        with _threads_for(len(arr)):
+            log_ttf = np.mean([np.asarray(e.predict(arr))  # type: ignore[attr-defined]
+                               for e in self.lead_estimators], axis=0)
+        out[rows] = np.clip(np.exp(log_ttf), 60.0, horizon_s)
+        return out
 
 
 def prior_corrected(p: np.ndarray, keep_healthy: float) -> np.ndarray:
@@ -122,7 +141,7 @@ class RiskModel:
                           above=explain_above, top=top,
                           direction=np.array([FEATURES_BY_KIND[kind].get(f, 0)
                                               for f in km.features], dtype=np.float64))
-        return risk, km.lead(risk), signals
+        return risk, km.lead(risk, x, horizon_s=self.horizon_s), signals
 
     def save(self, path: Path | str) -> None:
         path = Path(path)
@@ -131,7 +150,8 @@ class RiskModel:
             "format": FORMAT, "version": self.version, "horizon_s": self.horizon_s,
             "kinds": {k: {"estimators": list(m.estimators), "features": list(m.features),
                           "baseline": m.baseline.tolist(), "lead_s": m.lead_s.tolist(),
-                          "keep_healthy": list(m.keep_healthy)}
+                          "keep_healthy": list(m.keep_healthy),
+                          "lead_estimators": list(m.lead_estimators)}
                       for k, m in self.kinds.items()},
         }
         sio.dump(blob, path, compression=zipfile.ZIP_DEFLATED, compresslevel=9)
@@ -160,14 +180,16 @@ class RiskModel:
                 baseline=np.asarray(v["baseline"], dtype=np.float64),
                 lead_s=np.asarray(v["lead_s"], dtype=np.float64),
                 keep_healthy=[float(v["keep_healthy"])] if single else
-                [float(h) for h in v["keep_healthy"]])
+                [float(h) for h in v["keep_healthy"]],
+                lead_estimators=list(v.get("lead_estimators", [])))
         return cls(version=str(blob["version"]), kinds=kinds, horizon_s=float(blob["horizon_s"]))
 
     @classmethod
     def average(cls, models: list[RiskModel]) -> RiskModel:
         """One model whose risk is the mean of ``models``' risks (members fitted on different
         fleets, same features and horizon). Its healthy baseline is the members' median, its
-        lead table their mean; its version names the members."""
+        lead table their mean, its lead regressors theirs where every member has them; its
+        version names the members."""
         if len(models) < 2:
             raise ValueError(f"averaging needs two models or more, got {len(models)}")
         first = models[0]
@@ -185,7 +207,9 @@ class RiskModel:
             features=list(km.features),
             baseline=np.median([m.kinds[k].baseline for m in models], axis=0),
             lead_s=np.mean([m.kinds[k].lead_s for m in models], axis=0),
-            keep_healthy=[h for m in models for h in m.kinds[k].keep_healthy])
+            keep_healthy=[h for m in models for h in m.kinds[k].keep_healthy],
+            lead_estimators=[e for m in models for e in m.kinds[k].lead_estimators]
+            if all(m.kinds[k].lead_estimators for m in models) else [])
             for k, km in first.kinds.items()}
         return cls(version=version_of(kinds, horizon_s=first.horizon_s,
                                       sources=[m.version for m in models]),
@@ -251,7 +275,23 @@ def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
     fill = float(np.nanmedian(ttf_s[y == 1])) if (y == 1).any() else 3600.0
     lead = pd.Series(lead).ffill().bfill().fillna(fill).to_numpy()
     return KindModel(estimators=[clf], features=features, baseline=baseline, lead_s=lead,
-                     keep_healthy=[keep_healthy])
+                     keep_healthy=[keep_healthy],
+                     lead_estimators=_fit_lead(kind, arr[y == 1], ttf_s[y == 1], config))
+
+
+def _fit_lead(kind: str, arr: np.ndarray, ttf_s: np.ndarray, config: FitConfig) -> list[object]:
+    """A regressor of log seconds to failure on the failing rows (median loss: as often too
+    long as too short), constrained the other way round from the risk: a feature on its bad
+    side never lengthens the estimate. Empty when there are too few rows to learn from."""
+    if len(arr) < 5 * config.min_samples_leaf:
+        return []
+    reg = HistGradientBoostingRegressor(
+        loss="absolute_error", max_iter=config.max_iter, learning_rate=config.learning_rate,
+        max_leaf_nodes=config.max_leaf_nodes, min_samples_leaf=config.min_samples_leaf,
+        l2_regularization=1.0, random_state=config.seed,
+        monotonic_cst=[-FEATURES_BY_KIND[kind][f] for f in FEATURES_BY_KIND[kind]])
+    reg.fit(arr, np.log(np.maximum(ttf_s, 60.0)))
+    return [reg]
 
 
 def version_of(kinds: dict[str, KindModel], *, horizon_s: float, sources: list[str]) -> str:
@@ -264,16 +304,22 @@ def version_of(kinds: dict[str, KindModel], *, horizon_s: float, sources: list[s
         {"sources": sources, "horizon": horizon_s,
          "features": {k: m.features for k, m in kinds.items()},
          "lead": {k: m.lead_s.round(1).tolist() for k, m in kinds.items()},
-         "risk": {k: _fingerprint(m) for k, m in kinds.items()}},
+         "risk": {k: _fingerprint(m) for k, m in kinds.items()},
+         # Only for models that have lead regressors, so older versions hash as before.
+         **({"lead_fit": {k: _fingerprint(m, lead=True) for k, m in kinds.items()}}
+            if any(m.lead_estimators for m in kinds.values()) else {})},
         sort_keys=True).encode()).hexdigest()[:10]
     return f"hgb-{sklearn.__version__}-{digest}" + (f"-avg{members}" if members > 1 else "")
 
 
-def _fingerprint(km: KindModel) -> list[float]:
-    """The risk on 33 fixed inputs spread around the healthy baseline (each feature moved by
-    its own multiple of -4..4): two fits that differ in their trees differ here unless they agree
-    on all 33 to six decimals."""
+def _fingerprint(km: KindModel, *, lead: bool = False) -> list[float]:
+    """The risk (or, with ``lead``, the lead regressors' estimate) on 33 fixed inputs spread
+    around the healthy baseline (each feature moved by its own multiple of -4..4): two fits that
+    differ in their trees differ here unless they agree on all 33 to six decimals."""
     steps = np.linspace(-4.0, 4.0, 33)
     spread = np.cos(np.arange(len(km.features)) * 1.7) * (1.0 + np.abs(km.baseline))
-    grid = km.baseline[None, :] + steps[:, None] * spread[None, :]
-    return np.round(km.risk(pd.DataFrame(grid, columns=km.features)), 6).tolist()
+    grid = pd.DataFrame(km.baseline[None, :] + steps[:, None] * spread[None, :],
+                        columns=km.features)
+    if lead:
+        return np.round(km.lead(np.ones(len(grid)), grid) / 60.0, 6).tolist()
+    return np.round(km.risk(grid), 6).tolist()

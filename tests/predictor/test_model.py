@@ -116,6 +116,33 @@ def test_a_model_file_of_the_first_format_still_loads(tiny_model: RiskModel,
                                _gpu_risk(tiny_model, spec, 4.0)["risk"])
 
 
+def test_the_lead_estimate_shortens_as_the_failure_nears(tiny_model: RiskModel,
+                                                       tmp_path: Path) -> None:
+    # An ECC ramp from 2 h to a failure at 5.5 h, on a fleet the model never saw: read 2 h,
+    # 1 h and 20 minutes ahead, the estimate of the time left falls, and stays within 3x of
+    # the time there really was (the members learnt it from how far their failures were).
+    spec = Spec(seed=9, ecc_ramp=("n002", 1, 2.0, 5.5))
+    km = tiny_model.kinds["gpu"]
+    assert km.lead_estimators, "a fit learns a lead regressor per kind it has failures of"
+    left = {}
+    for ahead_h in (2.0, 1.0, 1 / 3):
+        row = _gpu_risk(tiny_model, spec, 5.5 - ahead_h).loc[("n002", 1)]
+        assert row["risk"] >= 0.2
+        left[ahead_h] = row["lead_s"]
+        assert ahead_h * 3600 / 3 <= row["lead_s"] <= ahead_h * 3600 * 3
+    assert left[2.0] > left[1.0] > left[1 / 3]
+    # The regressors travel in the model file, and a file without them (fitted before them)
+    # still gives the risk bin's median.
+    tiny_model.save(tmp_path / "m.skops")
+    loaded = RiskModel.load(tmp_path / "m.skops")
+    np.testing.assert_allclose(_gpu_risk(loaded, spec, 4.5)["lead_s"],
+                               _gpu_risk(tiny_model, spec, 4.5)["lead_s"])
+    older = dataclasses.replace(tiny_model, kinds={
+        k: dataclasses.replace(m, lead_estimators=[]) for k, m in tiny_model.kinds.items()})
+    risks = _gpu_risk(older, spec, 4.5)
+    np.testing.assert_allclose(risks["lead_s"], km.lead(risks["risk"].to_numpy()))
+
+
 def test_unreadable_model_file_is_refused_with_its_path(tmp_path: Path) -> None:
     bad = tmp_path / "bad.skops"
     bad.write_bytes(b"not a model")
