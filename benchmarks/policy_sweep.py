@@ -142,7 +142,10 @@ def _load(path: Path) -> tuple[FleetTrace, pd.DataFrame]:
                                       gpus_per_node=meta["gpus_per_node"]),
                        gpu=empty, node=empty, links=empty, events=empty,
                        failures=pd.read_csv(path / "failures.csv"))
-    return trace, pd.read_csv(path / "risks.csv.gz", keep_default_na=False, dtype={"peer": str})
+    rows = pd.read_csv(path / "risks.csv.gz", keep_default_na=False, dtype={"peer": str})
+    if "lead_s" in rows:  # empty where there is no estimate (kept as "" by keep_default_na)
+        rows["lead_s"] = pd.to_numeric(rows["lead_s"], errors="coerce")
+    return trace, rows
 
 
 def alerts_for(rows: pd.DataFrame, config: PolicyConfig) -> pd.DataFrame:
