@@ -67,7 +67,7 @@ def average(
 
 @model_app.command("info")
 def info(model: Annotated[Path, typer.Argument(help="A skops model file.")]) -> None:
-    """Print a model's version, horizon and features."""
+    """Print a model's version, horizon, features and how it estimates the lead."""
     from predictor.model import ModelFormatError, RiskModel
 
     try:
@@ -77,7 +77,10 @@ def info(model: Annotated[Path, typer.Argument(help="A skops model file.")]) -> 
     typer.echo(f"version {m.version}; horizon {m.horizon_s / 3600:g} h")
     for kind, km in m.kinds.items():
         averaged = f", average of {len(km.estimators)}" if len(km.estimators) > 1 else ""
-        typer.echo(f"{kind}: {len(km.features)} features{averaged}: {', '.join(km.features)}")
+        lead = (f"lead from {len(km.lead_estimators)} regressor(s)" if km.lead_estimators
+                else "lead from the risk-bin table")
+        typer.echo(f"{kind}: {len(km.features)} features{averaged}, {lead}: "
+                   f"{', '.join(km.features)}")
 
 
 def backtest(

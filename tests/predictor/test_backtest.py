@@ -107,6 +107,7 @@ def test_cli_model_fit_average_then_backtest_with_it(tmp_path: Path, cli: typer.
     assert res.exit_code == 0, res.output
     res = CliRunner().invoke(cli, ["model", "info", str(both)])
     assert res.exit_code == 0 and "gpu: " in res.output and "average of 2" in res.output
+    assert "lead from " in res.output  # regressors, or the table where too few rows
     res = CliRunner().invoke(cli, ["backtest", dirs[0], "--alerts-out",
                                    str(tmp_path / "a.csv"), "--model", str(both)])
     assert res.exit_code == 0, res.output
