@@ -73,13 +73,12 @@ _LABELS = {
 }
 
 
-_POOLED: dict[str, Callable[[str], tuple[str, str]]] = {
-    "err_rise_5m": lambda c: (f"{c}_rate_5m", f"{c}_rate_6h"),
-    "err_rise_1h": lambda c: (f"{c}_rate_1h", f"{c}_rate_6h"),
-    "err_held_1h": lambda c: (f"{c}_held_1h", ""),
+_POOLED: dict[str, tuple[str, str | None]] = {
+    "err_rise_5m": ("rate_5m", "rate_6h"), "err_rise_1h": ("rate_1h", "rate_6h"),
+    "err_held_1h": ("held_1h", None),
 }
-"""Features pooled over ``RISING_COUNTERS`` (the largest of one value per counter, less a
-second where named): how to find, in the same row, the counter that sets them."""
+"""Features pooled over ``RISING_COUNTERS``: the largest over the counters of ``{counter}_{a}``
+(less ``{counter}_{b}`` where there is one), read back from the same row to name the counter."""
 
 MIN_DROP = 0.01
 """A feature is a signal when setting it back to its baseline lowers the risk by more."""
@@ -113,13 +112,12 @@ def describe(feature: str, value: float, row: Mapping[str, float] | None = None)
 def _counter_behind(feature: str, row: Mapping[str, float] | None) -> str | None:
     """The label of the counter that sets pooled ``feature`` in ``row``; None where it is not
     pooled or the row lacks the per-counter values."""
-    columns = _POOLED.get(feature)
-    if columns is None or row is None:
+    if feature not in _POOLED or row is None:
         return None
+    a, b = _POOLED[feature]
     best, label = -np.inf, None
     for c in RISING_COUNTERS:
-        a, b = columns(c)
-        value = row.get(a, np.nan) - (row.get(b, np.nan) if b else 0.0)
+        value = row.get(f"{c}_{a}", np.nan) - (row.get(f"{c}_{b}", np.nan) if b else 0.0)
         if np.isfinite(value) and value > best:
             best, label = value, _COUNTER_LABELS[c]
     return label
