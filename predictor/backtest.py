@@ -16,11 +16,13 @@ import numpy as np
 import pandas as pd
 
 from collector.fleet_trace import FleetTrace
+from predictor.evaluate import ALERT_COLUMNS as FLEET_TRACE_ALERT_COLUMNS
+from predictor.evaluate import LEAD_COLUMN
 from predictor.hysteresis import AlertPolicy, PolicyConfig
 from predictor.replay import DEFAULT_EVERY_S, replay, ticks
 from predictor.scorer import Model, Scorer
 
-ALERT_COLUMNS: tuple[str, ...] = ("ts", "node", "gpu", "kind", "score", "reason", "lead_s")
+ALERT_COLUMNS: tuple[str, ...] = (*FLEET_TRACE_ALERT_COLUMNS, LEAD_COLUMN)
 """fleet-trace.md's columns, then ``lead_s``: the model's estimate of the time to failure when
 the row was raised (empty where it gives none, as the rules never do), which ``foreshock
 evaluate`` holds against the failures that followed."""
