@@ -110,21 +110,28 @@ def _ratio(num: int, den: int | float) -> float | None:
 
 
 def validate_alerts(alerts: pd.DataFrame, *, source: str = "alerts") -> pd.DataFrame:
-    """A clean copy of ``alerts`` (ts float, node str, gpu int or -1, kind, score, reason)."""
+    """A clean copy of ``alerts`` (ts float, node str, gpu int or -1, kind, score, reason, and
+    ``lead_s`` float where the alerts carry it)."""
     missing = [c for c in ALERT_COLUMNS if c not in alerts.columns]
     if missing:
         raise AlertsFormatError(source, f"missing column(s) {', '.join(missing)} "
                                         f"(expected {','.join(ALERT_COLUMNS)})")
-    out = alerts.loc[:, list(ALERT_COLUMNS)].copy()
-    for col in ("ts", "gpu", "score"):
+    lead = [LEAD_COLUMN] if LEAD_COLUMN in alerts.columns else []
+    out = alerts.loc[:, [*ALERT_COLUMNS, *lead]].copy()
+    for col in ("ts", "gpu", "score", *lead):
         converted = pd.to_numeric(out[col], errors="coerce")
         bad = converted.isna() & out[col].notna() & (out[col].astype(str).str.strip() != "")
+        values = converted.fillna(np.nan).to_numpy(dtype=float)
         if col == "ts":
-            bad |= ~np.isfinite(converted.fillna(np.nan).to_numpy(dtype=float))
+            bad |= ~np.isfinite(values)
+        hint = ""
+        if col == LEAD_COLUMN:  # empty: no estimate; never negative or infinite
+            bad |= np.isinf(values) | (values < 0)
+            hint = " (seconds >= 0, or empty for no estimate)"
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise AlertsFormatError(source, f"column {col!r} has a bad value "
-                                            f"{alerts[col].iloc[row]!r} in row {row + 1}")
+                                            f"{alerts[col].iloc[row]!r} in row {row + 1}{hint}")
         out[col] = converted
     gpu = out["gpu"]
     # -1 is how frames (read_trace, read_alerts) spell "no GPU", like an empty cell.
@@ -140,17 +147,6 @@ def validate_alerts(alerts: pd.DataFrame, *, source: str = "alerts") -> pd.DataF
         raise AlertsFormatError(source, f"column 'kind' has {bad_kind[0]!r}; expected one of "
                                         f"{', '.join(ALERT_KINDS)}")
     out["reason"] = out["reason"].fillna("").astype(str)
-    if LEAD_COLUMN in alerts.columns:
-        lead = pd.to_numeric(alerts[LEAD_COLUMN], errors="coerce")
-        text = alerts[LEAD_COLUMN].astype(str).str.strip()
-        bad = (lead.isna() & alerts[LEAD_COLUMN].notna() & (text != "") & (text != "nan")) | (
-            lead < 0) | np.isinf(lead.to_numpy(dtype=float))
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise AlertsFormatError(source, f"column {LEAD_COLUMN!r} has a bad value "
-                                            f"{text.iloc[row]!r} in row {row + 1} "
-                                            "(seconds >= 0, or empty for no estimate)")
-        out[LEAD_COLUMN] = lead.to_numpy(dtype=float)
     return out.sort_values(["node", "ts"], kind="stable").reset_index(drop=True)
 
 
