@@ -197,11 +197,11 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
         raise AlertsFormatError(source, f"column 'node' names {unknown[0]!r}, which is not a node "
                                         "of the trace")
     failures = _checked_failures(trace, failures_path)
-    by_node = {n: g["ts"].to_numpy(dtype=float) for n, g in alerts.groupby("node", sort=False)}
-    estimates = ({n: g[LEAD_COLUMN].to_numpy(dtype=float)
-                  for n, g in alerts.groupby("node", sort=False)}
+    per_node = dict(list(alerts.groupby("node", sort=False)))  # each in time order
+    by_node = {n: g["ts"].to_numpy(dtype=float) for n, g in per_node.items()}
+    estimates = ({n: g[LEAD_COLUMN].to_numpy(dtype=float) for n, g in per_node.items()}
                  if LEAD_COLUMN in alerts.columns else {})
-    gpus_by_node = {n: g["gpu"].to_numpy() for n, g in alerts.groupby("node", sort=False)}
+    gpus_by_node = {n: g["gpu"].to_numpy() for n, g in per_node.items()}
     fail_by_node = {n: np.sort(g["ts"].to_numpy(dtype=float))
                     for n, g in failures.groupby("node", sort=False)}
 
