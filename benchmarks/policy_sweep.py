@@ -143,8 +143,9 @@ def _load(path: Path) -> tuple[FleetTrace, pd.DataFrame]:
                        gpu=empty, node=empty, links=empty, events=empty,
                        failures=pd.read_csv(path / "failures.csv"))
     rows = pd.read_csv(path / "risks.csv.gz", keep_default_na=False, dtype={"peer": str})
-    if "lead_s" in rows:  # empty where there is no estimate (kept as "" by keep_default_na)
-        rows["lead_s"] = pd.to_numeric(rows["lead_s"], errors="coerce")
+    # Empty where there is no estimate (kept as "" by keep_default_na); absent from risks cached
+    # before the timeline carried it.
+    rows["lead_s"] = pd.to_numeric(rows["lead_s"], errors="coerce") if "lead_s" in rows else np.nan
     return trace, rows
 
 
@@ -153,8 +154,6 @@ def alerts_for(rows: pd.DataFrame, config: PolicyConfig) -> pd.DataFrame:
     policy = AlertPolicy(config=config)
     out = []
     frame = rows.assign(signals=[()] * len(rows))
-    if "lead_s" not in frame:  # cached before the timeline carried it
-        frame["lead_s"] = np.nan
     for t, tick in frame.groupby("ts", sort=True):
         for tr in policy.step(tick, float(t)):
             if tr.action != "resolve":
