@@ -188,8 +188,12 @@ VARIANTS: dict[str, PolicyConfig] = {
 
 
 def sweep(base: Path, which: str, names: list[str] | None) -> None:
-    loaded = {p.name: _load(p) for p in sorted((base / which).iterdir())
-              if (p / "risks.csv.gz").exists()}
+    where = base / which
+    loaded = {p.name: _load(p) for p in sorted(where.iterdir()) if (p / "risks.csv.gz").exists()
+              } if where.is_dir() else {}
+    if not loaded:
+        raise SystemExit(f"no cached risks under {where}/*/risks.csv.gz: give the DIR that "
+                         f"`policy_sweep.py cache DIR --set {which}` was given")
     groups = sorted({n.rsplit("-", 1)[0] for n in loaded})
     variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
     print("recall (precursor) / precision / false per 1,000 node-days (median lead) "
