@@ -23,6 +23,10 @@ def fit(
     keep_healthy: Annotated[float, typer.Option(
         help="Share of healthy rows kept for training (the prior is corrected for it).")] = 0.08,
     seed: Annotated[int, typer.Option(help="Random seed of sampling and boosting.")] = 0,
+    events_alone: Annotated[bool, typer.Option(
+        help="Train every GPU row that shows a row remap or memory XID a second time with its "
+             "error counters at their healthy baseline, so the model learns what remaps say "
+             "when errors do not grow (predictor/README.md, round 24).")] = False,
 ) -> None:
     """Train the risk model on labelled fleet traces and save it with skops."""
     from rich.console import Console
@@ -35,7 +39,8 @@ def fit(
     try:
         labels = LabelConfig(horizon_s=horizon_h * 3600, keep_healthy=keep_healthy, every_s=every)
         with console.status("replaying traces") as status:
-            model = fit_traces(traces, labels=labels, config=FitConfig(seed=seed),
+            config = FitConfig(seed=seed, events_alone=events_alone)
+            model = fit_traces(traces, labels=labels, config=config,
                                progress=lambda s: status.update(f"replayed {s}"))
     except ValueError as exc:  # TraceFormatError is a ValueError and names file and column
         raise typer.BadParameter(str(exc)) from exc

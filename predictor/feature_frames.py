@@ -76,6 +76,16 @@ GPU_FEATURES["err_held_1h"] = 1  # the highest floor any error counter held for 
 FEATURES_BY_KIND: dict[str, dict[str, int]] = {
     "gpu": GPU_FEATURES, "node": NODE_FEATURES, "link": LINK_FEATURES}
 
+MEMORY_EVENTS: tuple[str, ...] = (
+    *(f"{c}_rate_{w}" for c in ("remap_corr", "remap_unc") for w in TAU_NAMES),
+    "remap_pending_5m", "xid_mem_5m", "xid_mem_1h", "xid_mem_6h")
+"""GPU features that read row remaps and memory XIDs (63 remap, 92 high single-bit rate, ...)."""
+ERROR_GROWTH: tuple[str, ...] = tuple(
+    name for name in GPU_FEATURES
+    if name.split("_")[0] in (*RISING_COUNTERS, "err"))
+"""GPU features that read the corrected-error counters (SBE, PCIe replays, NVLink CRC): their
+rates, growth and held floors."""
+
 Z_CLIP = 50.0
 
 

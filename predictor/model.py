@@ -25,7 +25,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import ThreadpoolController
 
-from predictor.feature_frames import FEATURES_BY_KIND
+from predictor.feature_frames import ERROR_GROWTH, FEATURES_BY_KIND, MEMORY_EVENTS
 from predictor.signals import explain
 
 FORMAT = "foreshock-model/2"
@@ -230,6 +230,15 @@ class FitConfig:
     """Smallest leaf; large values keep rare generator quirks out of the trees."""
     seed: int = 0
     """Random seed."""
+    events_alone: bool = False
+    """Teach the GPU model remaps and memory XIDs on their own: every GPU row that shows one is
+    trained twice, once as it is and once with its error counters set to their healthy baseline
+    (same label). Where memory trouble comes with a growing count of corrected errors, trees
+    learn the growth and never need the remaps; this copy makes them learn what the remaps say
+    when the count is flat or was already high before the trace began. Off by default and in the
+    shipped model: measured in round 24 (predictor/README.md), it caught 4 more of the third
+    generator's failures but raised 10 false alarms on GPUs repaired after a memory failure,
+    whose own XIDs stay in the 6-h windows once the failed node's 1-h hold ends."""
 
     def __post_init__(self) -> None:
         if self.max_iter < 1:
@@ -255,6 +264,11 @@ def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
     folds = StratifiedKFold(int(min(3, y.sum())))
     for train, _ in folds.split(arr, y):
         arr[:, np.isnan(arr[train]).all(axis=0)] = 0.0
+    healthy = arr[y == 0]
+    baseline = np.nan_to_num(np.nanmedian(healthy, axis=0) if len(healthy) else np.zeros(
+        len(features)), nan=0.0)
+    fit_arr, fit_y = (_with_events_alone(arr, y, features, baseline)
+                      if kind == "gpu" and config.events_alone else (arr, y))
     base = HistGradientBoostingClassifier(
         max_iter=config.max_iter, learning_rate=config.learning_rate,
         max_leaf_nodes=config.max_leaf_nodes, min_samples_leaf=config.min_samples_leaf,
@@ -262,10 +276,7 @@ def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
         random_state=config.seed,
     )
     clf = CalibratedClassifierCV(base, method="sigmoid", cv=folds, ensemble=False)
-    clf.fit(arr, y)
-    healthy = arr[y == 0]
-    baseline = np.nan_to_num(np.nanmedian(healthy, axis=0) if len(healthy) else np.zeros(
-        len(features)), nan=0.0)
+    clf.fit(fit_arr, fit_y)
     p = prior_corrected(clf.predict_proba(arr)[:, 1], keep_healthy)
     lead = np.full(len(LEAD_EDGES) - 1, np.nan)
     for i in range(len(lead)):
@@ -277,6 +288,20 @@ def fit_kind(kind: str, x: pd.DataFrame, y: np.ndarray, ttf_s: np.ndarray, *,
     return KindModel(estimators=[clf], features=features, baseline=baseline, lead_s=lead,
                      keep_healthy=[keep_healthy],
                      lead_estimators=_fit_lead(kind, arr[y == 1], ttf_s[y == 1], config))
+
+
+def _with_events_alone(arr: np.ndarray, y: np.ndarray, features: list[str],
+                       baseline: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``arr`` and ``y`` with a copy of every row that shows a remap or memory XID, its error
+    counters at ``baseline``; each copy sits right after its row, so that the calibration's
+    unshuffled folds split rows and copies alike."""
+    events = [features.index(f) for f in MEMORY_EVENTS if f in features]
+    errors = [features.index(f) for f in ERROR_GROWTH if f in features]
+    src = np.flatnonzero((np.nan_to_num(arr[:, events]) > baseline[events]).any(axis=1))
+    copies = arr[src].copy()
+    copies[:, errors] = baseline[errors]
+    order = np.argsort(np.concatenate([np.arange(len(arr)), src]), kind="stable")
+    return np.concatenate([arr, copies])[order], np.concatenate([y, y[src]])[order]
 
 
 def _fit_lead(kind: str, arr: np.ndarray, ttf_s: np.ndarray, config: FitConfig) -> list[object]:

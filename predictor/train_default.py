@@ -152,10 +152,11 @@ def training_traces(count: int, slow: int = 0, member: Member = MEMBERS[0]) -> I
 
 
 def train_member(member: Member, *, traces: int = 30, slow: int = 0,
-                 every_s: float = 300.0) -> RiskModel:
+                 every_s: float = 300.0, events_alone: bool = False) -> RiskModel:
     t0 = time.time()
     return fit_traces(training_traces(traces, slow, member),
-                      labels=LabelConfig(every_s=every_s), config=FitConfig(seed=member.fit_seed),
+                      labels=LabelConfig(every_s=every_s),
+                      config=FitConfig(seed=member.fit_seed, events_alone=events_alone),
                       progress=lambda s: print(f"  replayed {s} ({time.time() - t0:.0f} s)",
                                                flush=True))
 
@@ -174,9 +175,14 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=len(MEMBERS),
                    help="members trained at once, one process each (default 3; 1 trains them "
                         "one after the other)")
+    p.add_argument("--events-alone", action="store_true",
+                   help="teach the GPU model remaps and memory XIDs on their own too "
+                        "(FitConfig.events_alone; measured in round 24, not yet in the shipped "
+                        "model: see predictor/README.md)")
     a = p.parse_args()
     t0 = time.time()
-    train = functools.partial(train_member, traces=a.traces, slow=a.slow_traces, every_s=a.every)
+    train = functools.partial(train_member, traces=a.traces, slow=a.slow_traces, every_s=a.every,
+                              events_alone=a.events_alone)
     members = MEMBERS[:a.members]
     if a.jobs > 1 and len(members) > 1:
         with ProcessPoolExecutor(min(a.jobs, len(members))) as pool:

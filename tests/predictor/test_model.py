@@ -11,6 +11,7 @@ import pytest
 import skops.io as sio
 
 from predictor.backtest import run
+from predictor.feature_frames import ERROR_GROWTH, FEATURES_BY_KIND, MEMORY_EVENTS
 from predictor.features import FeatureEngine
 from predictor.hysteresis import PolicyConfig
 from predictor.model import (
@@ -19,6 +20,7 @@ from predictor.model import (
     KindModel,
     ModelFormatError,
     RiskModel,
+    _with_events_alone,
     version_of,
 )
 from predictor.scorer import Scorer
@@ -254,3 +256,27 @@ def test_a_column_only_the_last_fleet_exports_does_not_break_fitting() -> None:
     model = fit_traces(traces, config=FitConfig(max_iter=40, min_samples_leaf=5))
     risks = _gpu_risk(model, Spec(seed=11, ecc_ramp=("n003", 2, 2.0, 5.5)), 5.0)
     assert risks["risk"].idxmax() == ("n003", 2)
+
+
+def test_rows_with_memory_events_are_learned_again_without_their_error_counts() -> None:
+    features = list(FEATURES_BY_KIND["gpu"])
+    col = {f: i for i, f in enumerate(features)}
+    baseline = np.zeros(len(features))
+    baseline[col["sbe_rate_6h"]] = 0.5
+    arr = np.zeros((4, len(features)))
+    arr[:, col["sbe_rate_1h"]] = [0.0, 6.0, 7.0, 3.0]
+    arr[:, col["sbe_rate_6h"]] = [0.5, 5.0, 6.0, 2.0]
+    arr[1, col["xid_mem_1h"]] = 2.0  # remaps on a failing GPU
+    arr[3, col["remap_pending_5m"]] = 1.0  # a benign remap on a healthy one
+    arr[2, col["temp_dev"]] = 4.0  # errors, no remap: not copied
+    y = np.array([0, 1, 1, 0])
+    out, out_y = _with_events_alone(arr, y, features, baseline)
+    assert out_y.tolist() == [0, 1, 1, 1, 0, 0]
+    # Each copy right after its row: the calibration's unshuffled folds keep them together.
+    np.testing.assert_array_equal(out[[0, 1, 3, 4]], arr)
+    for copy, row in ((out[2], arr[1]), (out[5], arr[3])):
+        assert copy[col["sbe_rate_1h"]] == 0.0 and copy[col["sbe_rate_6h"]] == 0.5
+        events = [col[f] for f in MEMORY_EVENTS]
+        np.testing.assert_array_equal(copy[events], row[events])
+        others = [i for f, i in col.items() if f not in ERROR_GROWTH]
+        np.testing.assert_array_equal(copy[others], row[others])
