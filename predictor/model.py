@@ -295,8 +295,8 @@ def _with_events_alone(arr: np.ndarray, y: np.ndarray, features: list[str],
     """``arr`` and ``y`` with a copy of every row that shows a remap or memory XID, its error
     counters at ``baseline``; each copy sits right after its row, so that the calibration's
     unshuffled folds split rows and copies alike."""
-    events = [features.index(f) for f in MEMORY_EVENTS if f in features]
-    errors = [features.index(f) for f in ERROR_GROWTH if f in features]
+    events = [features.index(f) for f in MEMORY_EVENTS]
+    errors = [features.index(f) for f in ERROR_GROWTH]
     src = np.flatnonzero((np.nan_to_num(arr[:, events]) > baseline[events]).any(axis=1))
     copies = arr[src].copy()
     copies[:, errors] = baseline[errors]
