@@ -12,6 +12,16 @@ from predictor.dataset import KINDS, LabelConfig, Rows, collect
 from predictor.model import FitConfig, KindModel, RiskModel, fit_kind, version_of
 
 
+def trace_source(item: Path | FleetTrace) -> str:
+    """How a model's version names a training trace: its path, or its generator seed."""
+    if isinstance(item, Path):
+        return str(item)
+    generator = item.meta.extra.get("generator")
+    seed = generator.get("seed") if isinstance(generator, dict) else None
+    seed = item.meta.extra.get("seed", seed if seed is not None else item.meta.start)
+    return f"trace(seed={seed})"
+
+
 def fit_traces(traces: Iterable[Path | FleetTrace], *, labels: LabelConfig | None = None,
                config: FitConfig | None = None,
                progress: Callable[[str], None] | None = None) -> RiskModel:
@@ -23,13 +33,17 @@ def fit_traces(traces: Iterable[Path | FleetTrace], *, labels: LabelConfig | Non
     sources: list[str] = []
     for item in traces:
         trace = read_trace(item, with_failures=True) if isinstance(item, Path) else item
-        generator = trace.meta.extra.get("generator")
-        seed = generator.get("seed") if isinstance(generator, dict) else None
-        seed = trace.meta.extra.get("seed", seed if seed is not None else trace.meta.start)
-        sources.append(str(item) if isinstance(item, Path) else f"trace(seed={seed})")
+        sources.append(trace_source(item))
         collect(trace, rows, config=labels, rng=rng)
         if progress is not None:
             progress(sources[-1])
+    return fit_rows(rows, labels=labels, config=config, sources=sources)
+
+
+def fit_rows(rows: dict[str, Rows], *, labels: LabelConfig, config: FitConfig,
+             sources: list[str]) -> RiskModel:
+    """One model per kind fitted on labelled ``rows`` (``dataset.collect``), versioned by
+    ``sources``, the traces they came from."""
     kinds: dict[str, KindModel] = {}
     for kind in KINDS:
         x, y, _, ttf = rows[kind].frames(kind)
