@@ -187,45 +187,60 @@ VARIANTS: dict[str, PolicyConfig] = {
 """Policies compared by ``sweep``: the default and one change to it each."""
 
 
-def sweep(base: Path, which: str, names: list[str] | None) -> None:
+def load_cached(base: Path, which: str) -> dict[str, tuple[FleetTrace, pd.DataFrame]]:
+    """The traces' labels and cached risks under ``base/which``, by trace name."""
     where = base / which
     loaded = {p.name: _load(p) for p in sorted(where.iterdir()) if (p / "risks.csv.gz").exists()
               } if where.is_dir() else {}
     if not loaded:
         raise SystemExit(f"no cached risks under {where}/*/risks.csv.gz: give the DIR that "
                          f"`policy_sweep.py cache DIR --set {which}` was given")
+    return loaded
+
+
+def figures(loaded: dict[str, tuple[FleetTrace, pd.DataFrame]], config: PolicyConfig
+            ) -> dict[str, str]:
+    """One line of figures per generator (traces named ``<generator>-<seed>``), then pooled."""
     groups = sorted({n.rsplit("-", 1)[0] for n in loaded})
+    out: dict[str, str] = {}
+    pooled: dict[str, float] = dict.fromkeys(("c", "p", "t", "f", "nd"), 0.0)
+    pooled_leads: list[float] = []
+    pooled_bands: Counter[str] = Counter()
+    for g in groups:
+        tot = dict.fromkeys(pooled, 0.0)
+        leads: list[float] = []
+        bands: Counter[str] = Counter()
+        for name, (trace, rows) in loaded.items():
+            if name.rsplit("-", 1)[0] != g:
+                continue
+            alerts = alerts_for(rows, config)
+            rep = evaluate(trace, alerts)
+            tot["c"] += rep.caught_with_precursor
+            tot["p"] += rep.failures_with_precursor
+            tot["t"] += rep.true_episodes
+            tot["f"] += rep.false_episodes
+            tot["nd"] += rep.node_days
+            leads += _leads(trace, alerts)
+            bands.update(band_counts(rep))
+            bands.update(estimate_counts(rep))
+        for k in pooled:
+            pooled[k] += tot[k]
+        pooled_leads += leads
+        pooled_bands.update(bands)
+        out[g] = _line(tot, leads, bands)
+    out["pooled"] = _line(pooled, pooled_leads, pooled_bands)
+    return out
+
+
+def sweep(base: Path, which: str, names: list[str] | None) -> None:
+    loaded = load_cached(base, which)
     variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
     print("recall (precursor) / precision / false per 1,000 node-days (median lead) "
           "[recall by precursor length]")
     for label, config in variants.items():
         print(f"\n== {label}: {config}")
-        pooled: dict[str, float] = dict.fromkeys(("c", "p", "t", "f", "nd"), 0.0)
-        pooled_leads: list[float] = []
-        pooled_bands: Counter[str] = Counter()
-        for g in groups:
-            tot = dict.fromkeys(pooled, 0.0)
-            leads: list[float] = []
-            bands: Counter[str] = Counter()
-            for name, (trace, rows) in loaded.items():
-                if name.rsplit("-", 1)[0] != g:
-                    continue
-                alerts = alerts_for(rows, config)
-                rep = evaluate(trace, alerts)
-                tot["c"] += rep.caught_with_precursor
-                tot["p"] += rep.failures_with_precursor
-                tot["t"] += rep.true_episodes
-                tot["f"] += rep.false_episodes
-                tot["nd"] += rep.node_days
-                leads += _leads(trace, alerts)
-                bands.update(band_counts(rep))
-                bands.update(estimate_counts(rep))
-            for k in pooled:
-                pooled[k] += tot[k]
-            pooled_leads += leads
-            pooled_bands.update(bands)
-            print(f"  {g:24s} {_line(tot, leads, bands)}")
-        print(f"  {'pooled':24s} {_line(pooled, pooled_leads, pooled_bands)}")
+        for g, line in figures(loaded, config).items():
+            print(f"  {g:24s} {line}")
 
 
 def _line(tot: dict[str, float], leads: list[float], bands: Counter[str]) -> str:
