@@ -11,12 +11,14 @@ first member's fit seed) on each combination of them, scores the 30 fresh valida
 and prints the default policy's figures per generator. A generator left out of a combination's
 training is unseen by it: compare its line with the model trained on ours alone. Fleets of the
 sets are interleaved in proportion, so that the calibration's unshuffled folds hold a share of
-each. About 45 minutes on two cores. Measured in round 25 (predictor/README.md).
+each. About 50 minutes on two cores (48 in round 25, sharing them with a test run for 17).
+Measured in round 25 (predictor/README.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -80,8 +82,8 @@ def _interleaved(sets: list[list[tuple[str, dict[str, Rows]]]]
         source, rows = sets[j][i]
         sources.append(source)
         for k in KINDS:
-            for part in ("x", "y", "w", "ttf_s"):
-                getattr(merged[k], part).extend(getattr(rows[k], part))
+            for part in dataclasses.fields(Rows):
+                getattr(merged[k], part.name).extend(getattr(rows[k], part.name))
     return merged, sources
 
 
