@@ -22,6 +22,7 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -46,16 +47,19 @@ COMBINATIONS: tuple[tuple[str, ...], ...] = (
 SEED_BASES = {"alt": 2000, "third": 2100}
 
 
-def _fleets(name: str, count: int) -> list[FleetTrace]:
+def _fleets(name: str, count: int) -> Iterator[FleetTrace]:
+    """One set's training fleets, generated one at a time (a fleet holds millions of rows)."""
     if name == "ours":
-        return list(training_traces(30, 0, MEMBERS[0]))
+        yield from training_traces(30, 0, MEMBERS[0])
+        return
     base = SEED_BASES[name]
-    if name == "alt":
-        return [alt_generator.generate(seed=base + i, nodes=(32, 48)[i % 2], days=2.0,
-                                       interval_s=(10.0, 15.0, 30.0, 60.0)[i % 4])
-                for i in range(count)]
-    return [third_generator.generate(seed=base + i, nodes=(32, 48)[i % 2], days=2.0,
-                                     interval_s=(15.0, 30.0, 60.0)[i % 3]) for i in range(count)]
+    for i in range(count):
+        if name == "alt":
+            yield alt_generator.generate(seed=base + i, nodes=(32, 48)[i % 2], days=2.0,
+                                         interval_s=(10.0, 15.0, 30.0, 60.0)[i % 4])
+        else:
+            yield third_generator.generate(seed=base + i, nodes=(32, 48)[i % 2], days=2.0,
+                                           interval_s=(15.0, 30.0, 60.0)[i % 3])
 
 
 def _rows(args: tuple[str, int]) -> list[tuple[str, dict[str, Rows]]]:
