@@ -57,6 +57,12 @@ error, GSP timeout/error): the part needs a reset or a repair, so it is past pre
 FAILED_HOLD_S = 3600.0
 """After a fatal XID, a node counts as failed (not at risk) for this long."""
 
+REMAP_XIDS = frozenset({63, 64})
+"""Row-remap XIDs: 63, a row of HBM remapped after its errors; 64, a remap that failed."""
+REMAP_REPEAT_S = 3600.0
+"""A GPU with two or more row-remap XIDs within this long has remapped repeatedly (see
+``Features.remaps``)."""
+
 STALE_AFTER_S = 900.0
 """Entities without a row for this long (or 10 sampling intervals) are not scored."""
 
@@ -87,6 +93,10 @@ class Features:
     their link aggregates (``feature_frames.LINK_AGGREGATES``) left without those links. The
     feature frames keep the aggregates as the models were trained on them; the scorer puts these
     in their place (``predictor.scorer.explain_away``)."""
+    remaps: dict[tuple[str, int], int] = field(default_factory=dict)
+    """GPUs with two or more row-remap XIDs (``REMAP_XIDS``) in the last ``REMAP_REPEAT_S``:
+    (node, gpu) -> how many. A single remap is routine; a second within the hour is HBM giving
+    way (the scorer treats it as evidence, ``predictor.scorer.REMAP_RISK``)."""
 
 
 def _xid_class(codes: np.ndarray) -> np.ndarray:
@@ -115,6 +125,7 @@ class FeatureEngine:
         self._link_dt: float | None = None
         self.sustained = SustainedHistory()
         self.fatal: dict[str, tuple[float, int]] = {}
+        self.remap_times: dict[tuple[str, int], list[float]] = {}
 
     def _nominal(self, ts: np.ndarray, keys: np.ndarray) -> float:
         if self.interval_s is None and len(ts) > 1:
@@ -173,6 +184,7 @@ class FeatureEngine:
                                   fatal["code"].astype(int), strict=True):
             if at >= self.fatal.get(node, (-np.inf, 0))[0]:
                 self.fatal[node] = (float(at), int(code))
+        self._note_remaps(ev)
         cls = _xid_class(ev["code"].fillna(-1).to_numpy(dtype=np.int64))
         ev, cls = ev[cls >= 0], cls[cls >= 0]
         gpu = ev["gpu"].to_numpy(dtype=np.int64)
@@ -181,6 +193,20 @@ class FeatureEngine:
         on_gpu = gpu >= 0
         self.gpu_events.add(codes[on_gpu] * 4096 + gpu[on_gpu], ts[on_gpu], cls[on_gpu])
         self.node_events.add(codes[~on_gpu], ts[~on_gpu], cls[~on_gpu])
+
+    def _note_remaps(self, ev: pd.DataFrame) -> None:
+        """Keep the times of row-remap XIDs per GPU for the last ``REMAP_REPEAT_S``."""
+        rm = ev[ev["code"].isin(list(REMAP_XIDS)) & (ev["gpu"].fillna(-1) >= 0)]
+        for node, gpu, at in zip(rm["node"].astype(str), rm["gpu"].astype(int),
+                                 rm["ts"].astype(float), strict=True):
+            self.remap_times.setdefault((node, gpu), []).append(at)
+        horizon = self.t - REMAP_REPEAT_S
+        self.remap_times = {k: kept for k, v in self.remap_times.items()
+                            if (kept := [x for x in v if x > horizon])}
+
+    def _remaps(self, t: float) -> dict[tuple[str, int], int]:
+        out = {k: sum(t - REMAP_REPEAT_S < x <= t for x in v) for k, v in self.remap_times.items()}
+        return {k: n for k, n in out.items() if n >= 2}
 
     def features(self, t: float | None = None) -> Features:
         """Features of every entity with a row in the last ``STALE_AFTER_S`` seconds."""
@@ -191,6 +217,7 @@ class FeatureEngine:
         feats = feature_frames.build(self, t, stale_s=stale_s)
         feats.failed.update({n: v for n, v in self.fatal.items() if t - FAILED_HOLD_S < v[0] <= t})
         feats.silent.update(_silent(feats, nominal=self.interval_s or 30.0))
+        feats.remaps.update(self._remaps(t))
         return feats
 
 

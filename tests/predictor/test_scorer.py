@@ -187,6 +187,40 @@ def test_a_node_that_has_gone_silent_is_not_warned_of_on_its_last_features(
     assert watched.loc[("gpu", "n002", 1), "risk"] > 0.2
 
 
+def test_rows_remapped_twice_within_the_hour_fire_at_once(tiny_model: RiskModel) -> None:
+    # n001/GPU 3 remaps a row at 3.0 h and again at 3.5 h, with no error growth at all; n003/GPU 0
+    # remaps once (routine); n000/GPU 2 remaps twice, 2.2 hours apart.
+    remaps = [(T0 + 3.0 * 3600, "n001", 3, 63), (T0 + 3.5 * 3600, "n001", 3, 63),
+              (T0 + 3.0 * 3600, "n003", 0, 63),
+              (T0 + 1.0 * 3600, "n000", 2, 63), (T0 + 3.2 * 3600, "n000", 2, 63)]
+    trace = make_trace(Spec(seed=9, extra_events=remaps))
+    engine, scorer = FeatureEngine(interval_s=30.0), Scorer(tiny_model)
+    policy = AlertPolicy()
+
+    def step(t: float) -> tuple[pd.DataFrame, list[str]]:
+        engine.update(trace, t)
+        risks = scorer.score(engine.features(t))
+        fired = [f"{tr.node}/{tr.gpu}" for tr in policy.step(risks, t) if tr.action == "fire"]
+        return risks.set_index(["kind", "node", "gpu"]), fired
+
+    once, fired = step(T0 + 3.4 * 3600)  # one remap each on n001 and n003, two hours apart on n000
+    assert once.loc[("gpu", "n001", 3), "risk"] < 0.5 and fired == []
+    twice, fired = step(T0 + 3.5 * 3600 + 60)
+    bad = twice.loc[("gpu", "n001", 3)]
+    assert bad["risk"] >= PolicyConfig().fire_now_at and fired == ["n001/3"]
+    assert bad["signals"][0] == "HBM rows remapped 2 times in the last hour (XID 63/64)"
+    assert bad["lead_s"] <= 720.0
+    assert twice.loc[("gpu", "n003", 0), "risk"] < 0.5
+    assert twice.loc[("gpu", "n000", 2), "risk"] < 0.5
+    # It stands while both remaps are within the hour, long after the XIDs' first minutes.
+    held, _ = step(T0 + 3.5 * 3600 + 1200)
+    assert held.loc[("gpu", "n001", 3), "risk"] >= PolicyConfig().fire_now_at
+    # An hour after the first of the two, only one is left in the window: the lift is gone.
+    later, _ = step(T0 + 4.05 * 3600)
+    assert later.loc[("gpu", "n001", 3), "risk"] < 0.5
+    assert not any(s.startswith("HBM rows") for s in later.loc[("gpu", "n001", 3), "signals"])
+
+
 def test_a_weak_risk_that_never_lets_go_fires_after_an_hour() -> None:
     config = PolicyConfig(slow_at=0.25, slow_persist_s=3600)
     held, dipped = AlertPolicy(config=config), AlertPolicy(config=config)
