@@ -11,7 +11,7 @@ import pandas as pd
 
 from predictor.feature_frames import LINK_FEATURES, NODE_FEATURES
 from predictor.features import Features
-from predictor.model import RiskModel
+from predictor.model import LEARNED_LEAD_ABOVE, RiskModel
 from predictor.rules import RulesModel
 
 RISK_COLUMNS: tuple[str, ...] = ("kind", "node", "gpu", "peer", "risk", "lead_s", "signals")
@@ -27,8 +27,10 @@ remaps come amid corrected-error growth, read it at 0.01-0.56 where the errors a
 generator's (predictor/README.md, round 26). Above the alert policy's ``fire_now_at``: it fires at
 once. The rules baseline keeps its own reading of memory XIDs."""
 REMAP_LEAD_S = 720.0
-"""Lead estimate at ``REMAP_RISK`` (where the model's own is longer or missing): the median time
-from a second remap within the hour to the failure on the fresh fleets, 12 minutes."""
+"""Lead estimate at ``REMAP_RISK`` where the model reads too little to estimate one of its own
+(below ``LEARNED_LEAD_ABOVE``): the median time from a second remap within the hour to the failure
+on the fresh fleets, 12 minutes. Above it the model's estimate stands: amid error growth the
+failure came up to two hours after the second remap."""
 
 
 class Model(Protocol):
@@ -151,8 +153,9 @@ def _repeated_remaps(frame: pd.DataFrame, live: np.ndarray, remaps: dict[tuple[s
     for i in np.flatnonzero(live & np.isin(nodes, [node for node, _ in remaps])):
         n = remaps.get((str(nodes[i]), int(gpus[i])), 0)
         if n >= 2 and risk[i] < REMAP_RISK:
+            if risk[i] < LEARNED_LEAD_ABOVE or np.isnan(lead[i]):
+                lead[i] = REMAP_LEAD_S
             risk[i] = REMAP_RISK
-            lead[i] = np.fmin(lead[i], REMAP_LEAD_S)
             signals[i] = (f"HBM rows remapped {n} times in the last hour (XID 63/64)", *signals[i])
 
 
