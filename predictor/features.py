@@ -205,6 +205,7 @@ class FeatureEngine:
                             if (kept := [x for x in v if x > horizon])}
 
     def _remaps(self, t: float) -> dict[tuple[str, int], int]:
+        """``Features.remaps`` at ``t``: GPUs with two or more remaps in the window ending there."""
         out = {k: sum(t - REMAP_REPEAT_S < x <= t for x in v) for k, v in self.remap_times.items()}
         return {k: n for k, n in out.items() if n >= 2}
 

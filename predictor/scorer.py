@@ -151,8 +151,8 @@ def _repeated_remaps(frame: pd.DataFrame, live: np.ndarray, remaps: dict[tuple[s
     nodes = frame["node"].to_numpy(dtype=object)
     gpus = frame["gpu"].to_numpy(dtype=np.int64)
     for i in np.flatnonzero(live & np.isin(nodes, [node for node, _ in remaps])):
-        n = remaps.get((str(nodes[i]), int(gpus[i])), 0)
-        if n >= 2 and risk[i] < REMAP_RISK:
+        n = remaps.get((str(nodes[i]), int(gpus[i])))
+        if n and risk[i] < REMAP_RISK:
             if risk[i] < LEARNED_LEAD_ABOVE or np.isnan(lead[i]):
                 lead[i] = REMAP_LEAD_S
             risk[i] = REMAP_RISK
