@@ -1,12 +1,13 @@
 """How often a GPU's repeated row remaps were followed by its failure, counted on the traces alone
 (no model): the evidence behind ``predictor.scorer.REMAP_RISK`` (predictor/README.md, round 26).
 
-    python benchmarks/remap_evidence.py [--set validation|suites] [--rounds 3] [--codes 63,64]
+    python benchmarks/remap_evidence.py [--set validation|suites] [--rounds 3] [--least 1]
 
 For every GPU, the first moment it has had ``--least`` row-remap XIDs (``--codes``) within
-``--window`` seconds, and whether a failure of that GPU followed within 6 hours (the scoring
-horizon of ../shared/fleet-trace.md), with the time left; per generator. A single remap
-(``--least 1``) shows what a routine one says.
+``--window`` seconds (by default the scorer's own: ``predictor.features.REMAP_*``), and whether a
+failure of that GPU followed within 6 hours (``predictor.evaluate.HORIZON_S``, the scoring horizon
+of ../shared/fleet-trace.md), with the time left; per generator. A single remap (``--least 1``)
+shows what a routine one says.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from predictor.evaluate import HORIZON_S
+from predictor.features import REMAP_REPEAT_S, REMAP_REPEATS, REMAP_XIDS
+
 sys.path.insert(0, str(Path(__file__).parent))
 from policy_sweep import _makers  # the same fleets the sweep caches
-
-HORIZON_S = 6 * 3600.0
 
 
 def first_repeats(events: pd.DataFrame, codes: set[int], least: int,
@@ -46,9 +48,12 @@ def main() -> None:
                    help="policy_sweep's fresh fleets of the three generators, or the five suites")
     p.add_argument("--rounds", type=int, default=3,
                    help="validation: rounds of ten fresh fleets (3: the 30 the figures use)")
-    p.add_argument("--codes", default="63,64", help="XIDs that count (63 remap, 64 remap failed)")
-    p.add_argument("--least", type=int, default=2, help="how many of them make a repeat")
-    p.add_argument("--window", type=float, default=3600.0, help="within this many seconds")
+    p.add_argument("--codes", default=",".join(map(str, sorted(REMAP_XIDS))),
+                   help="XIDs that count (63 remap, 64 remap failed)")
+    p.add_argument("--least", type=int, default=REMAP_REPEATS,
+                   help="how many of them make a repeat")
+    p.add_argument("--window", type=float, default=REMAP_REPEAT_S,
+                   help="within this many seconds")
     a = p.parse_args()
     codes = {int(c) for c in a.codes.split(",")}
     rows = []
@@ -60,16 +65,18 @@ def main() -> None:
             hit = f[(f["node"] == node) & (f["gpu"] == gpu) & (f["ts"] >= t)
                     & (f["ts"] <= t + HORIZON_S)]
             left = (float(hit["ts"].min()) - t) / 60 if len(hit) else np.nan
-            rows.append((name.rsplit("-", 1)[0], name, node, gpu, left))
+            rows.append((name.rsplit("-", 1)[0], left))
         print(f"{name}: {len(rows)} so far", file=sys.stderr, flush=True)
-    df = pd.DataFrame(rows, columns=["generator", "trace", "node", "gpu", "minutes_left"])
+    df = pd.DataFrame(rows, columns=["generator", "minutes_left"])
     print(f"GPUs with {a.least}+ of XID {sorted(codes)} within {a.window:.0f} s, "
           "and a failure of that GPU within 6 h after:")
     for g, d in [*df.groupby("generator"), ("pooled", df)]:
         left = d["minutes_left"].dropna()
-        span = f"{left.min():.1f}-{left.max():.1f}" if len(left) else "-"
-        print(f"  {g:24s} {len(left)}/{len(d)} failed; minutes left median "
-              f"{left.median():.1f} ({span})" if len(left) else f"  {g:24s} 0/{len(d)} failed")
+        if not len(left):
+            print(f"  {g:24s} 0/{len(d)} failed")
+            continue
+        print(f"  {g:24s} {len(left)}/{len(d)} failed; minutes left median {left.median():.1f} "
+              f"({left.min():.1f}-{left.max():.1f})")
 
 
 if __name__ == "__main__":

@@ -59,9 +59,10 @@ FAILED_HOLD_S = 3600.0
 
 REMAP_XIDS = frozenset({63, 64})
 """Row-remap XIDs: 63, a row of HBM remapped after its errors; 64, a remap that failed."""
+REMAP_REPEATS = 2
 REMAP_REPEAT_S = 3600.0
-"""A GPU with two or more row-remap XIDs within this long has remapped repeatedly (see
-``Features.remaps``)."""
+"""A GPU with ``REMAP_REPEATS`` or more row-remap XIDs within this long has remapped repeatedly
+(see ``Features.remaps``)."""
 
 STALE_AFTER_S = 900.0
 """Entities without a row for this long (or 10 sampling intervals) are not scored."""
@@ -207,7 +208,7 @@ class FeatureEngine:
     def _remaps(self, t: float) -> dict[tuple[str, int], int]:
         """``Features.remaps`` at ``t``: GPUs with two or more remaps in the window ending there."""
         out = {k: sum(t - REMAP_REPEAT_S < x <= t for x in v) for k, v in self.remap_times.items()}
-        return {k: n for k, n in out.items() if n >= 2}
+        return {k: n for k, n in out.items() if n >= REMAP_REPEATS}
 
     def features(self, t: float | None = None) -> Features:
         """Features of every entity with a row in the last ``STALE_AFTER_S`` seconds."""
