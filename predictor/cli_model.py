@@ -27,6 +27,10 @@ def fit(
         help="Train every GPU row that shows a row remap or memory XID a second time with its "
              "error counters at their healthy baseline, so the model learns what remaps say "
              "when errors do not grow (predictor/README.md, round 24).")] = False,
+    lead_quantile: Annotated[float, typer.Option(
+        help="Quantile of the time to failure that the lead estimate learns (0-1, exclusive): "
+             "0.25 errs early, a failure coming sooner than estimated about one time in four; "
+             "0.5 is the median, too long as often as too short.")] = 0.25,
 ) -> None:
     """Train the risk model on labelled fleet traces and save it with skops."""
     from rich.console import Console
@@ -37,9 +41,12 @@ def fit(
 
     console = Console(stderr=True, soft_wrap=True)
     try:
+        config = FitConfig(seed=seed, events_alone=events_alone, lead_quantile=lead_quantile)
+    except ValueError as exc:  # the one option FitConfig checks
+        raise typer.BadParameter(str(exc), param_hint="'--lead-quantile'") from exc
+    try:
         labels = LabelConfig(horizon_s=horizon_h * 3600, keep_healthy=keep_healthy, every_s=every)
         with console.status("replaying traces") as status:
-            config = FitConfig(seed=seed, events_alone=events_alone)
             model = fit_traces(traces, labels=labels, config=config,
                                progress=lambda s: status.update(f"replayed {s}"))
     except ValueError as exc:  # TraceFormatError is a ValueError and names file and column

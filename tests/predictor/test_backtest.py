@@ -119,6 +119,11 @@ def test_cli_model_fit_average_then_backtest_with_it(tmp_path: Path, cli: typer.
     res = CliRunner().invoke(cli, ["model", "average", str(models[0]), dirs[1], "--out",
                                    str(both)])
     assert res.exit_code != 0 and "t1" in res.output
+    # A lead quantile outside (0, 1) is refused before any trace is replayed, naming the option.
+    res = CliRunner().invoke(cli, ["model", "fit", *dirs, "--out", str(tmp_path / "q.skops"),
+                                   "--lead-quantile", "1.5"])
+    assert res.exit_code != 0 and "--lead-quantile" in res.output and "1.5" in res.output
+    assert not (tmp_path / "q.skops").exists()
 
 
 def test_cli_refuses_a_broken_trace_naming_file_and_column(tmp_path: Path,

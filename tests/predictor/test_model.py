@@ -20,6 +20,7 @@ from predictor.model import (
     KindModel,
     ModelFormatError,
     RiskModel,
+    _fit_lead,
     _with_events_alone,
     version_of,
 )
@@ -143,6 +144,29 @@ def test_the_lead_estimate_shortens_as_the_failure_nears(tiny_model: RiskModel,
         k: dataclasses.replace(m, lead_estimators=[]) for k, m in tiny_model.kinds.items()})
     risks = _gpu_risk(older, spec, 4.5)
     np.testing.assert_allclose(risks["lead_s"], km.lead(risks["risk"].to_numpy()))
+
+
+def test_the_lead_estimate_errs_early_at_its_quantile() -> None:
+    # Failing rows whose time to failure scatters 4x either way around what the features say:
+    # a regressor of the median is too long half the time; the default one (the 0.25
+    # quantile) about one time in four, and its estimates are the shorter ones.
+    rng = np.random.default_rng(0)
+    x = pd.DataFrame(rng.random((4000, len(FEATURES_BY_KIND["gpu"]))),
+                     columns=list(FEATURES_BY_KIND["gpu"]))
+    ttf = np.exp(np.log(600.0) + 3.0 * x["err_rise_1h"].rsub(1).to_numpy()
+                 + rng.normal(0.0, 1.0, len(x)))
+    sooner = {}
+    estimate = {}
+    for q in (0.25, 0.5):
+        config = FitConfig(max_iter=40, min_samples_leaf=20, lead_quantile=q)
+        (reg,) = _fit_lead("gpu", x.to_numpy(), ttf, config)
+        estimate[q] = np.exp(reg.predict(x.to_numpy()))
+        sooner[q] = float(np.mean(ttf < estimate[q]))
+    assert FitConfig().lead_quantile == 0.25
+    assert 0.18 <= sooner[0.25] <= 0.32 and 0.42 <= sooner[0.5] <= 0.58
+    assert np.median(estimate[0.25] / estimate[0.5]) < 0.7
+    with pytest.raises(ValueError, match="lead_quantile"):
+        FitConfig(lead_quantile=1.0)
 
 
 def test_unreadable_model_file_is_refused_with_its_path(tmp_path: Path) -> None:
