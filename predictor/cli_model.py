@@ -89,8 +89,9 @@ def info(model: Annotated[Path, typer.Argument(help="A skops model file.")]) -> 
     typer.echo(f"version {m.version}; horizon {m.horizon_s / 3600:g} h")
     for kind, km in m.kinds.items():
         averaged = f", average of {len(km.estimators)}" if len(km.estimators) > 1 else ""
-        lead = (f"lead from {len(km.lead_estimators)} regressor(s)" if km.lead_estimators
-                else "lead from the risk-bin table")
+        quantiles = " and ".join(f"{q:g}" for q in km.lead_quantiles)
+        lead = (f"lead from {len(km.lead_estimators)} regressor(s) of the {quantiles} quantile"
+                if km.lead_estimators else "lead from the risk-bin table")
         typer.echo(f"{kind}: {len(km.features)} features{averaged}, {lead}: "
                    f"{', '.join(km.features)}")
 

@@ -98,6 +98,14 @@ class KindModel:
                 total += prior_corrected(p, keep)
         return total / len(self.estimators)
 
+    @property
+    def lead_quantiles(self) -> tuple[float, ...]:
+        """The quantiles of the time to failure that its regressors estimate, one each where
+        members differ (0.5 for round 23's median loss); empty without regressors."""
+        return tuple(sorted({
+            float(e.quantile) if e.loss == "quantile" else 0.5  # type: ignore[attr-defined]
+            for e in self.lead_estimators}))
+
     def lead(self, risk: np.ndarray, x: pd.DataFrame | None = None, *,
              above: float = LEARNED_LEAD_ABOVE, horizon_s: float = 6 * 3600.0) -> np.ndarray:
         """Estimated seconds to failure: the risk bin's median (``lead_s``), and where the risk

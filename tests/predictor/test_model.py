@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import skops.io as sio
+import typer
+from typer.testing import CliRunner
 
 from predictor.backtest import run
 from predictor.feature_frames import ERROR_GROWTH, FEATURES_BY_KIND, MEMORY_EVENTS
@@ -146,7 +148,8 @@ def test_the_lead_estimate_shortens_as_the_failure_nears(tiny_model: RiskModel,
     np.testing.assert_allclose(risks["lead_s"], km.lead(risks["risk"].to_numpy()))
 
 
-def test_the_lead_estimate_errs_early_at_its_quantile() -> None:
+def test_the_lead_estimate_errs_early_at_its_quantile(tiny_model: RiskModel, tmp_path: Path,
+                                                      cli: typer.Typer) -> None:
     # Failing rows whose time to failure scatters 4x either way around what the features say:
     # a regressor of the median is too long half the time; the default one (the 0.25
     # quantile) about one time in four, and its estimates are the shorter ones.
@@ -157,16 +160,25 @@ def test_the_lead_estimate_errs_early_at_its_quantile() -> None:
                  + rng.normal(0.0, 1.0, len(x)))
     sooner = {}
     estimate = {}
+    regs = {}
     for q in (0.25, 0.5):
         config = FitConfig(max_iter=40, min_samples_leaf=20, lead_quantile=q)
-        (reg,) = _fit_lead("gpu", x.to_numpy(), ttf, config)
-        estimate[q] = np.exp(reg.predict(x.to_numpy()))
+        (regs[q],) = _fit_lead("gpu", x.to_numpy(), ttf, config)
+        estimate[q] = np.exp(regs[q].predict(x.to_numpy()))
         sooner[q] = float(np.mean(ttf < estimate[q]))
     assert FitConfig().lead_quantile == 0.25
     assert 0.18 <= sooner[0.25] <= 0.32 and 0.42 <= sooner[0.5] <= 0.58
     assert np.median(estimate[0.25] / estimate[0.5]) < 0.7
     with pytest.raises(ValueError, match="lead_quantile"):
         FitConfig(lead_quantile=1.0)
+    # A model file keeps the quantile each member learnt, and `foreshock model info` says it.
+    assert tiny_model.kinds["gpu"].lead_quantiles == (0.25,)
+    gpu = dataclasses.replace(tiny_model.kinds["gpu"], lead_estimators=[regs[0.5], regs[0.25]])
+    dataclasses.replace(tiny_model, kinds={**tiny_model.kinds, "gpu": gpu}).save(
+        tmp_path / "mixed.skops")
+    res = CliRunner().invoke(cli, ["model", "info", str(tmp_path / "mixed.skops")])
+    assert res.exit_code == 0, res.output
+    assert "lead from 2 regressor(s) of the 0.25 and 0.5 quantile" in res.output
 
 
 def test_unreadable_model_file_is_refused_with_its_path(tmp_path: Path) -> None:
