@@ -150,7 +150,8 @@ def test_the_lead_estimate_shortens_as_the_failure_nears(tiny_model: RiskModel,
 
 def test_the_lead_estimate_errs_early_at_its_quantile(tiny_model: RiskModel, tmp_path: Path,
                                                       cli: typer.Typer) -> None:
-    # Failing rows whose time to failure scatters 4x either way around what the features say:
+    # Failing rows whose time to failure scatters about what the features say (a factor of
+    # e either way at one sigma):
     # a regressor of the median is too long half the time; the default one (the 0.25
     # quantile) about one time in four, and its estimates are the shorter ones.
     rng = np.random.default_rng(0)
