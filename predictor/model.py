@@ -78,9 +78,9 @@ class KindModel:
     keep_healthy: list[float]
     """Share of healthy rows each classifier was fitted on: the prior correction undoes it."""
     lead_estimators: list[object] = field(default_factory=list)
-    """Regressors of a low quantile of log time to failure (``FitConfig.lead_quantile``) on the
-    failing training rows, one per member (empty in models fitted before them: ``lead_s`` then
-    estimates alone)."""
+    """Regressors of a quantile of log time to failure (``lead_quantiles``: 0.25 since round 27,
+    0.5 before) on the failing training rows, one per member (empty in models fitted before them:
+    ``lead_s`` then estimates alone)."""
 
     def __post_init__(self) -> None:
         if not self.estimators or len(self.estimators) != len(self.keep_healthy):

@@ -150,10 +150,9 @@ def test_the_lead_estimate_shortens_as_the_failure_nears(tiny_model: RiskModel,
 
 def test_the_lead_estimate_errs_early_at_its_quantile(tiny_model: RiskModel, tmp_path: Path,
                                                       cli: typer.Typer) -> None:
-    # Failing rows whose time to failure scatters about what the features say (a factor of
-    # e either way at one sigma):
-    # a regressor of the median is too long half the time; the default one (the 0.25
-    # quantile) about one time in four, and its estimates are the shorter ones.
+    # Failing rows whose time to failure scatters about what the features say (a factor of e
+    # either way at one sigma): a regressor of the median is too long half the time; the
+    # default one (the 0.25 quantile) about one time in four, and its estimates are shorter.
     rng = np.random.default_rng(0)
     x = pd.DataFrame(rng.random((4000, len(FEATURES_BY_KIND["gpu"]))),
                      columns=list(FEATURES_BY_KIND["gpu"]))
