@@ -12,7 +12,7 @@ and prints the default policy's figures per generator. A generator left out of a
 training is unseen by it: compare its line with the model trained on ours alone. Fleets of the
 sets are interleaved in proportion, so that the calibration's unshuffled folds hold a share of
 each. About 50 minutes on two cores (48 in round 25, sharing them with a test run for 17).
-Measured in round 25 (predictor/README.md).
+Measured in round 25 (predictor/ROUNDS.md).
 """
 
 from __future__ import annotations

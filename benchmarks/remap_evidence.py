@@ -1,5 +1,5 @@
 """How often a GPU's repeated row remaps were followed by its failure, counted on the traces alone
-(no model): the evidence behind ``predictor.scorer.REMAP_RISK`` (predictor/README.md, round 26).
+(no model): the evidence behind ``predictor.scorer.REMAP_RISK`` (predictor/ROUNDS.md, round 26).
 
     python benchmarks/remap_evidence.py [--set validation|suites] [--rounds 3] [--least 1]
 

@@ -26,7 +26,7 @@ def fit(
     events_alone: Annotated[bool, typer.Option(
         help="Train every GPU row that shows a row remap or memory XID a second time with its "
              "error counters at their healthy baseline, so the model learns what remaps say "
-             "when errors do not grow (predictor/README.md, round 24).")] = False,
+             "when errors do not grow (predictor/ROUNDS.md, round 24).")] = False,
     lead_quantile: Annotated[float, typer.Option(
         help="Quantile of the time to failure that the lead estimate learns (0-1, exclusive): "
              "0.25 errs early, a failure coming sooner than estimated about one time in four; "
@@ -66,7 +66,7 @@ def average(
 
     Members fitted on different fleets each raise some false alarms of their own; the average
     keeps what they agree on. The shipped model is such an average of three
-    (``python -m predictor.train_default``; predictor/README.md has what averaging did)."""
+    (``python -m predictor.train_default``; predictor/ROUNDS.md has what averaging did)."""
     from predictor.model import ModelFormatError, RiskModel
 
     try:

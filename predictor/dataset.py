@@ -5,7 +5,7 @@ positive when that GPU fails within the horizon; a node row, and a link row for 
 points at, when that node has a node or network failure (``gpu`` empty). A GPU's failure does
 not make its node's row positive: ECC and PCIe precursors do not show in node features, and
 such rows, ~10,000 against ~130 failing fans in the training fleets, taught the node model to
-shrug at a node's own heat (predictor/README.md). Rows just
+shrug at a node's own heat (predictor/ROUNDS.md). Rows just
 after a failure (the broken part may still report) are left out rather than called healthy.
 Healthy rows vastly outnumber the rest; a random share of them is kept and weighted back up.
 """

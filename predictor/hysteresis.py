@@ -42,7 +42,7 @@ class PolicyConfig:
     went from 0.85 to 0.92: a hold of one 5-min tick kept out leaps from nothing to 0.85-0.9 (a
     slow round of link probes, a burst of errors), which 0.92 keeps out by itself, and it cost
     the short precursors whose risk leaps in their last minutes (``benchmarks/policy_sweep.py``;
-    predictor/README.md has the figures)."""
+    predictor/ROUNDS.md has the figures)."""
     persist_s: float = 900.0
     """How long a candidate must stay at or above ``fire_at`` before firing."""
     quick_at: float | None = 0.65
@@ -73,7 +73,7 @@ class PolicyConfig:
     a little at a time, 0.3-0.5 for half an hour before it crosses ``fire_at``, too late for
     ``persist_s`` and too short for the slow lane. Chosen with ``benchmarks/policy_sweep.py``
     on 30 fresh-seed fleets and the five suites: of 0.30-0.40 held for 20-30 minutes, 0.35 for
-    25 minutes adds catches on both sets and no false episode on either (predictor/README.md has
+    25 minutes adds catches on both sets and no false episode on either (predictor/ROUNDS.md has
     the sweep). None disables it."""
     mid_persist_s: float = 1500.0
     """How long the risk must hold at or above ``mid_at``."""

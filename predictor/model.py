@@ -245,7 +245,7 @@ class FitConfig:
     (same label). Where memory trouble comes with a growing count of corrected errors, trees
     learn the growth and never need the remaps; this copy makes them learn what the remaps say
     when the count is flat or was already high before the trace began. Off by default and in the
-    shipped model: measured in round 24 (predictor/README.md), it caught 4 more of the third
+    shipped model: measured in round 24 (predictor/ROUNDS.md), it caught 4 more of the third
     generator's failures but raised 10 false alarms on GPUs repaired after a memory failure,
     whose own XIDs stay in the 6-h windows once the failed node's 1-h hold ends."""
     lead_quantile: float = 0.25

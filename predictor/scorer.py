@@ -24,7 +24,7 @@ where the model reads less. A single remap is routine; a second this soon was fo
 GPU's failure in 68 of 68 cases on the fresh fleets and suites of all three generators (held out
 from training), and every generator keeps benign remaps single. The models, trained where such
 remaps come amid corrected-error growth, read it at 0.01-0.56 where the errors are few: the third
-generator's (predictor/README.md, round 26). Above the alert policy's ``fire_now_at``: it fires at
+generator's (predictor/ROUNDS.md, round 26). Above the alert policy's ``fire_now_at``: it fires at
 once. The rules baseline keeps its own reading of memory XIDs."""
 REMAP_LEAD_S = 720.0
 """Lead estimate at ``REMAP_RISK`` where the model reads too little to estimate one of its own

@@ -53,7 +53,7 @@ SLOW_INTERVALS_S: tuple[float, ...] = (90.0, 120.0, 180.0, 300.0)
 Prometheus that scrapes dcgm-exporter every 2-5 minutes is common on large fleets; trained at
 2-60 s only, the model caught 19 of 37 failures with a precursor on fleets sampled every 120 s
 (the rules 20). Eight such fleets on top of the 30 moved that by -1 to +3 depending on the
-draw, and the other suites by as much either way: not in the shipped model (predictor/README.md)."""
+draw, and the other suites by as much either way: not in the shipped model (predictor/ROUNDS.md)."""
 
 
 def training_configs(count: int, *, seed: int = 0, seed_base: int = TRAIN_SEED_BASE,
@@ -137,7 +137,7 @@ MEMBERS: tuple[Member, ...] = (Member(0, TRAIN_SEED_BASE, 0),
 """Members of an averaged model, each fitted on its own 30 fleets (seeds 1000-1029, 1200-1229,
 1300-1329); the shipped model averages the three. One model's quirks raise false episodes that
 the others do not share: on the independently written generators the average cut them by a
-quarter to two fifths, on our own it changed nothing (predictor/README.md). Averaging also
+quarter to two fifths, on our own it changed nothing (predictor/ROUNDS.md). Averaging also
 pulls the top of the risk scale down, which the policy's fire-at-once level (0.92, with no
 hold) allows for."""
 
@@ -167,7 +167,7 @@ def main() -> None:
     p.add_argument("--traces", type=int, default=30, help="generated training fleets per member")
     p.add_argument("--slow-traces", type=int, default=0,
                    help="further fleets sampled every 90-300 s (slow exporters; the shipped "
-                        "model has none, see predictor/README.md)")
+                        "model has none, see predictor/ROUNDS.md)")
     p.add_argument("--every", type=float, default=300.0, help="replay period, trace seconds")
     p.add_argument("--members", type=int, default=len(MEMBERS), choices=range(1, len(MEMBERS) + 1),
                    help="how many of MEMBERS to train and average (default 3: the shipped model; "
@@ -178,7 +178,7 @@ def main() -> None:
     p.add_argument("--events-alone", action="store_true",
                    help="teach the GPU model remaps and memory XIDs on their own too "
                         "(FitConfig.events_alone; measured in round 24, not yet in the shipped "
-                        "model: see predictor/README.md)")
+                        "model: see predictor/ROUNDS.md)")
     a = p.parse_args()
     t0 = time.time()
     train = functools.partial(train_member, traces=a.traces, slow=a.slow_traces, every_s=a.every,

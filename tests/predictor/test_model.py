@@ -203,7 +203,7 @@ def test_shipped_model_is_small_and_loads() -> None:
 @pytest.mark.parametrize(("spec", "at_least"), [
     # ECC growth with XID 63/92 stands out, though it no longer fires at once: for its first
     # minutes it looks like a burst of corrected errors that passes, which the model now trains
-    # on (predictor/README.md: 0.32, over the slow lane's 0.25; 0.89 before)...
+    # on (predictor/ROUNDS.md: 0.32, over the slow lane's 0.25; 0.89 before)...
     (Spec(interval_s=1.0, hours=0.75, nodes=2, gpus=4, ecc_ramp=("n001", 2, 0.69, 0.8)), 0.25),
     # ...a GPU 20 C hotter than its peers and throttling stands far above every healthy GPU.
     (Spec(interval_s=1.0, hours=0.75, nodes=2, gpus=4, hot_gpu=("n001", 2, 0.6)), 0.3),
