@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -13,6 +15,7 @@ from predictor.failure_mix import MODES
 from predictor.generator_config import DEFAULT_START_TS, PRECURSOR_SHAPES, GeneratorConfig
 
 if TYPE_CHECKING:
+    import pandas as pd
     from rich.table import Table
 
     from predictor.evaluate import EvaluationReport
@@ -145,22 +148,105 @@ def evaluate_cmd(
     alerts: Annotated[Path, typer.Option(
         help="alerts.csv written by a backtest (ts,node,gpu,kind,score,reason).")],
     json_: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    details: Annotated[bool, typer.Option(
+        "--details", help="Also list every failure (caught or missed, lead, the first alert) and "
+                          "every alert episode not followed by a failure (false or late): "
+                          "what to read before changing a threshold. With --json, as the "
+                          "'failures' and 'episodes' lists.")] = False,
 ) -> None:
     """Score alerts against a trace's failures: recall, precision, false episodes, lead time."""
     from rich.console import Console
 
-    from collector.fleet_trace import TraceFormatError
-    from predictor.evaluate import AlertsFormatError, evaluate, read_alerts
+    from collector.fleet_trace import TraceFormatError, read_trace
+    from predictor.evaluate import AlertsFormatError, evaluate, outcomes, read_alerts
 
     try:
-        report = evaluate(trace_dir, read_alerts(alerts), source=str(alerts))
+        trace = read_trace(trace_dir, with_failures=True)
+        frame = read_alerts(alerts)
+        report = evaluate(trace, frame, source=str(alerts))
+        out = outcomes(trace, frame, source=str(alerts)) if details else None
     except (TraceFormatError, AlertsFormatError) as exc:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
     if json_:
-        typer.echo(report.to_json())
+        if out is None:
+            typer.echo(report.to_json())
+        else:
+            typer.echo(json.dumps({**json.loads(report.to_json()),
+                                   "failures": _records(out.failures),
+                                   "episodes": _records(out.episodes)}, indent=2))
         return
-    Console().print(_report_table(report, title=f"{trace_dir} vs {alerts}"))
+    console = Console()
+    console.print(_report_table(report, title=f"{trace_dir} vs {alerts}"))
+    if out is not None:
+        console.print(_failures_table(out.failures))
+        console.print(_episodes_table(out.episodes))
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, object]]:
+    """Rows as plain Python values, NaN and NA as None (JSON null)."""
+    import pandas as pd
+
+    out = []
+    for row in frame.astype(object).to_dict("records"):
+        clean: dict[str, object] = {}
+        for key, value in row.items():
+            if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+                value = None
+            clean[str(key)] = value.item() if hasattr(value, "item") else value
+        out.append(clean)
+    return out
+
+
+def _when(ts: object) -> str:
+    return time.strftime("%m-%d %H:%M", time.gmtime(float(ts)))  # type: ignore[arg-type]
+
+
+def _minutes(seconds: object) -> str:
+    return "-" if seconds is None else f"{float(seconds) / 60:,.0f} min"  # type: ignore[arg-type]
+
+
+def _details_table(title: str, columns: tuple[str, ...]) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    for col in columns:
+        table.add_column(col, no_wrap=True)
+    return table
+
+
+def _failures_table(failures: pd.DataFrame) -> Table:
+    caught = int(failures["caught"].sum())
+    table = _details_table(
+        f"Failures: {caught} of {len(failures)} caught (UTC; lead from the earliest alert 6 h to "
+        "60 s before; named: an alert named the failing GPU)",
+        ("failed", "node", "part", "precursor", "lead", "alert", "estimate", "named"))
+    for r in _records(failures):
+        table.add_row(
+            _when(r["ts"]), str(r["node"]),
+            str(r["kind"]) if r["gpu"] == -1 else f"{r['kind']} {r['gpu']}",
+            _minutes(r["precursor_s"]) if r["precursor_s"] else "none",
+            _minutes(r["lead_s"]) if r["caught"] else "[red]missed[/red]",
+            f"{r['alert_kind']} {r['alert_score']:.2f}" if r["caught"] else "",
+            _minutes(r["lead_estimate_s"]) if r["caught"] else "",
+            {None: "", True: "yes", False: "no"}[r["gpu_named"]])  # type: ignore[index]
+    return table
+
+
+def _episodes_table(episodes: pd.DataFrame) -> Table:
+    bad = episodes[episodes["verdict"] != "true"]
+    table = _details_table(
+        f"Episodes with no failure 60 s to 6 h after their start: {len(bad)} of {len(episodes)} "
+        "(late: the node failed within 60 s)",
+        ("from", "node", "kinds", "top risk", "rows", "lasted", "verdict"))
+    for r in _records(bad):
+        table.add_row(_when(r["start"]), str(r["node"]), str(r["kinds"]),
+                      f"{r['max_score']:.2f}", str(r["rows"]),
+                      _minutes(float(r["end"]) - float(r["start"])),  # type: ignore[arg-type]
+                      str(r["verdict"]))
+    return table
 
 
 def _report_table(report: EvaluationReport, *, title: str) -> Table:

@@ -181,9 +181,30 @@ def _checked_failures(trace: FleetTrace, path: str) -> pd.DataFrame:
     return failures.sort_values("ts", kind="stable").reset_index(drop=True)
 
 
-def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
-             source: str = "alerts") -> EvaluationReport:
-    """Score ``alerts`` against the trace's ``failures.csv`` (fleet-trace.md's figures)."""
+@dataclass(frozen=True)
+class Outcomes:
+    """What became of each failure and each alert episode: the rows behind the figures."""
+
+    failures: pd.DataFrame
+    """One row per failure, in time order: ``ts``, ``node``, ``gpu`` (-1: none), ``kind``,
+    ``precursor_s``, ``caught``, ``lead_s`` (failure ts - the earliest alert 6 h to 60 s
+    before it; NaN if missed), ``alert_kind`` and ``alert_score`` of that alert ("" and NaN if
+    missed), ``lead_estimate_s`` (its ``lead_s`` column, NaN without one) and ``gpu_named`` (a
+    GPU failure whose catch window holds an alert naming its GPU; NA unless a caught GPU
+    failure with a known index)."""
+    episodes: pd.DataFrame
+    """One row per episode (alert rows on one node < 30 min apart), in order of start: ``node``,
+    ``start``, ``end`` (its last row), ``rows``, ``kinds`` (of its rows, comma-joined),
+    ``max_score``, ``verdict`` (``true``, ``false`` or ``late``) and ``failure_ts`` (the first
+    failure on its node at or after its start within 6 h; NaN if none)."""
+    node_days: float
+    """Nodes x trace days (from meta.json)."""
+
+
+def outcomes(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
+             source: str = "alerts") -> Outcomes:
+    """Each failure caught or missed and each episode true, false or late, as ``evaluate``
+    counts them (``foreshock evaluate --details`` prints them)."""
     failures_path = "failures.csv"
     if not isinstance(trace, FleetTrace):
         failures_path = str(Path(trace) / "failures.csv")
@@ -199,21 +220,20 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
     failures = _checked_failures(trace, failures_path)
     per_node = dict(list(alerts.groupby("node", sort=False)))  # each in time order
     by_node = {n: g["ts"].to_numpy(dtype=float) for n, g in per_node.items()}
-    estimates = ({n: g[LEAD_COLUMN].to_numpy(dtype=float) for n, g in per_node.items()}
-                 if LEAD_COLUMN in alerts.columns else {})
-    gpus_by_node = {n: g["gpu"].to_numpy() for n, g in per_node.items()}
     fail_by_node = {n: np.sort(g["ts"].to_numpy(dtype=float))
                     for n, g in failures.groupby("node", sort=False)}
 
-    caught = np.zeros(len(failures), dtype=bool)
-    leads: list[float] = []
-    estimated: list[tuple[float, float]] = []  # (estimate, lead) per caught failure
-    gpu_caught = gpu_right = 0
+    n_f = len(failures)
+    lead = np.full(n_f, np.nan)
+    alert_kind = np.full(n_f, "", dtype=object)
+    alert_score = np.full(n_f, np.nan)
+    estimate = np.full(n_f, np.nan)
+    gpu_named = pd.array([pd.NA] * n_f, dtype="boolean")
     f_ts = failures["ts"].to_numpy(dtype=float)
     f_node = failures["node"].astype(str).to_numpy()
     f_gpu = failures["gpu"].to_numpy(dtype=np.int64)
     f_kind = failures["kind"].astype(str).to_numpy()
-    for i in range(len(failures)):
+    for i in range(n_f):
         ts_arr = by_node.get(f_node[i])
         if ts_arr is None:
             continue
@@ -221,35 +241,57 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
         hi = int(np.searchsorted(ts_arr, f_ts[i] - MIN_LEAD_S, side="right"))
         if hi <= lo:
             continue
-        caught[i] = True
-        leads.append(float(f_ts[i] - ts_arr[lo]))
-        if f_node[i] in estimates and np.isfinite(estimates[f_node[i]][lo]):
-            estimated.append((float(estimates[f_node[i]][lo]), leads[-1]))
+        first = per_node[f_node[i]].iloc[lo]
+        lead[i] = f_ts[i] - ts_arr[lo]
+        alert_kind[i] = first["kind"]
+        alert_score[i] = first["score"]
+        if LEAD_COLUMN in first.index:
+            estimate[i] = first[LEAD_COLUMN]
         if f_kind[i] == "gpu" and f_gpu[i] >= 0:
-            gpu_caught += 1
-            gpu_right += int(np.any(gpus_by_node[f_node[i]][lo:hi] == f_gpu[i]))
+            window = per_node[f_node[i]]["gpu"].to_numpy()[lo:hi]
+            gpu_named[i] = bool(np.any(window == f_gpu[i]))
 
-    true_ep = false_ep = late_ep = episodes = 0
+    episodes = []
     for node, ts_arr in by_node.items():
-        starts = ts_arr[np.r_[True, np.diff(ts_arr) >= EPISODE_GAP_S]]
-        episodes += len(starts)
+        group = per_node[node]
+        begins = np.flatnonzero(np.r_[True, np.diff(ts_arr) >= EPISODE_GAP_S])
         fails = fail_by_node.get(node, np.empty(0))
-        first_after = np.searchsorted(fails, starts + MIN_LEAD_S, side="left")
-        is_true = (first_after < len(fails)) & (
-            fails[np.minimum(first_after, len(fails) - 1)] <= starts + HORIZON_S
-        ) if len(fails) else np.zeros(len(starts), dtype=bool)
-        any_after = np.searchsorted(fails, starts, side="left")
-        followed = (any_after < len(fails)) & (
-            fails[np.minimum(any_after, len(fails) - 1)] <= starts + HORIZON_S
-        ) if len(fails) else np.zeros(len(starts), dtype=bool)
-        true_ep += int(is_true.sum())
-        false_ep += int((~followed).sum())
-        late_ep += int((followed & ~is_true).sum())
+        for b, e in zip(begins, [*begins[1:], len(ts_arr)], strict=True):
+            start = ts_arr[b]
+            after = fails[(fails >= start) & (fails <= start + HORIZON_S)]
+            verdict = ("false" if not len(after) else
+                       "true" if (after >= start + MIN_LEAD_S).any() else "late")
+            rows = group.iloc[b:e]
+            episodes.append((node, start, ts_arr[e - 1], e - b,
+                             ",".join(sorted(set(rows["kind"]))), float(rows["score"].max()),
+                             verdict, float(after[0]) if len(after) else np.nan))
+    return Outcomes(
+        failures=failures[["ts", "node", "gpu", "kind", "precursor_s"]].assign(
+            gpu=f_gpu, caught=np.isfinite(lead), lead_s=lead, alert_kind=alert_kind,
+            alert_score=alert_score, lead_estimate_s=estimate, gpu_named=gpu_named),
+        episodes=pd.DataFrame(episodes, columns=["node", "start", "end", "rows", "kinds",
+                                                 "max_score", "verdict", "failure_ts"]
+                              ).sort_values(["start", "node"], ignore_index=True),
+        node_days=len(trace.meta.nodes) * (trace.meta.end - trace.meta.start) / 86400.0)
+
+
+def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
+             source: str = "alerts") -> EvaluationReport:
+    """Score ``alerts`` against the trace's ``failures.csv`` (fleet-trace.md's figures)."""
+    out = outcomes(trace, alerts, source=source)
+    failures, eps = out.failures, out.episodes
+    caught = failures["caught"].to_numpy(dtype=bool)
+    leads = failures["lead_s"].to_numpy()[caught]
+    est = failures["lead_estimate_s"].to_numpy()[caught]
+    estimated = [(float(e), float(x)) for e, x in zip(est, leads, strict=True) if np.isfinite(e)]
+    named = failures["gpu_named"]
+    verdicts = eps["verdict"].value_counts()
+    true_ep, false_ep, late_ep = (int(verdicts.get(v, 0)) for v in ("true", "false", "late"))
 
     pre_s = failures["precursor_s"].to_numpy(dtype=float)
     precursor = pre_s > 0
     has_precursor_info = bool(failures["precursor_s"].notna().any()) if len(failures) else True
-    node_days = len(trace.meta.nodes) * (trace.meta.end - trace.meta.start) / 86400.0
+    node_days = out.node_days
     by_kind: dict[str, float | None] = {}
     for kind in ALERT_KINDS:
         mask = (failures["kind"] == kind).to_numpy()
@@ -262,6 +304,8 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
         low = high
         if mask.any():
             by_length[label] = (int(caught[mask].sum()), int(mask.sum()))
+    gpu_caught = int(named.notna().sum())
+    gpu_right = int(named.fillna(False).sum())
     return EvaluationReport(
         failures=len(failures),
         failures_with_precursor=int(precursor.sum()),
@@ -273,14 +317,14 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
         recall_by_kind=by_kind,
         caught_by_precursor=by_length,
         alerts=len(alerts),
-        episodes=episodes,
+        episodes=len(eps),
         true_episodes=true_ep,
         false_episodes=false_ep,
         late_episodes=late_ep,
         precision=_ratio(true_ep, true_ep + false_ep),
         node_days=round(node_days, 6),
         false_per_1000_node_days=(1000.0 * false_ep / node_days) if node_days > 0 else None,
-        median_lead_s=float(np.median(leads)) if leads else None,
+        median_lead_s=float(np.median(leads)) if len(leads) else None,
         gpu_failures_caught=gpu_caught,
         gpu_named_right=gpu_right,
         gpu_accuracy=_ratio(gpu_right, gpu_caught),

@@ -71,6 +71,32 @@ def test_evaluate_round_trip(app: typer.Typer, trace_dir: Path, tmp_path: Path) 
         assert n == 0 or f"{n}/{n}" in table.output
 
 
+def test_evaluate_details_list_misses_and_false_episodes(app: typer.Typer, trace_dir: Path,
+                                                         tmp_path: Path) -> None:
+    failures = pd.read_csv(trace_dir / "failures.csv").sort_values("ts")
+    caught, missed = failures.iloc[0], failures.iloc[1]
+    healthy = sorted(set(read_trace(trace_dir).meta.nodes) - set(failures["node"]))[0]
+    alerts = tmp_path / "alerts.csv"
+    pd.DataFrame({"ts": [caught["ts"] - 1800, failures["ts"].min()], "node": [caught["node"],
+                  healthy], "gpu": [caught["gpu"], None], "kind": [caught["kind"], "node"],
+                  "score": [0.81, 0.66], "reason": "x"}).to_csv(alerts, index=False)
+    result = CliRunner(env={"COLUMNS": "120"}).invoke(
+        app, ["evaluate", str(trace_dir), "--alerts", str(alerts), "--details"])
+    assert result.exit_code == 0, result.output
+    assert "Failures: 1 of 3 caught" in result.output
+    assert result.output.count("missed") == 2 and "30 min" in result.output
+    rows = {line.split()[2]: line for line in result.output.splitlines()
+            if line.strip().startswith(("0", "1")) and len(line.split()) > 3}
+    assert "missed" in rows[missed["node"]] and "0.81" in rows[caught["node"]]
+    assert "1 of 2" in result.output and "false" in rows[healthy] and "0.66" in rows[healthy]
+    as_json = json.loads(CliRunner().invoke(app, ["evaluate", str(trace_dir), "--alerts",
+                                                  str(alerts), "--details", "--json"]).output)
+    assert as_json["recall"] == pytest.approx(1 / 3)
+    assert [f["caught"] for f in as_json["failures"]] == [True, False, False]
+    assert as_json["failures"][1]["lead_s"] is None
+    assert [e["verdict"] for e in as_json["episodes"]] == ["true", "false"]  # by start
+
+
 def test_evaluate_refuses_malformed_alerts(app: typer.Typer, trace_dir: Path,
                                            tmp_path: Path) -> None:
     bad = tmp_path / "alerts.csv"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from collector.fleet_trace import FleetTrace, TraceMeta, empty_frame, write_trace
-from predictor.evaluate import AlertsFormatError, evaluate, read_alerts
+from predictor.evaluate import AlertsFormatError, evaluate, outcomes, read_alerts
 
 T0 = 1_767_225_600.0
 DAY = 86400.0
@@ -109,6 +109,40 @@ def test_episode_is_judged_from_its_start() -> None:
     r = evaluate(trace, alerts)
     assert r.caught == 1
     assert (r.episodes, r.true_episodes, r.false_episodes) == (1, 0, 1)
+
+
+def test_outcomes_say_which_failure_was_missed_and_which_episode_was_false() -> None:
+    # What a user reads before moving a threshold: the failure on n1 was missed, n0's was caught
+    # 2 h ahead by a GPU alert naming the wrong GPU, n2's episode was false and n3's late.
+    trace = _trace([(F, "n0", 5, "gpu", 3 * H), (F, "n1", -1, "node", 900.0),
+                    (F, "n3", -1, "link", 0.0)])
+    alerts = pd.DataFrame(
+        [(F - 2 * H, "n0", 4, "gpu", 0.7, "x", 5400.0),
+         (F - 2 * H + 1200, "n0", 4, "gpu", 0.8, "x", 1800.0),
+         (F - 3 * H, "n2", -1, "node", 0.6, "x", None),
+         (F - 3 * H + 1200, "n2", -1, "link", 0.95, "x", None),
+         (F - 30, "n3", -1, "link", 0.9, "x", None)],
+        columns=["ts", "node", "gpu", "kind", "score", "reason", "lead_s"])
+    out = outcomes(trace, alerts)
+    f = out.failures.set_index("node")
+    assert f["caught"].to_dict() == {"n0": True, "n1": False, "n3": False}
+    assert f.loc["n0", "lead_s"] == pytest.approx(2 * H)
+    assert (f.loc["n0", "alert_kind"], f.loc["n0", "alert_score"]) == ("gpu", 0.7)
+    assert f.loc["n0", "lead_estimate_s"] == 5400.0
+    assert pd.notna(f.loc["n0", "gpu_named"]) and not f.loc["n0", "gpu_named"]
+    assert pd.isna(f.loc["n1", "gpu_named"]) and pd.isna(f.loc["n1", "lead_s"])
+    assert f.loc["n1", "alert_kind"] == ""
+    e = out.episodes.set_index("node")
+    assert e["verdict"].to_dict() == {"n0": "true", "n2": "false", "n3": "late"}
+    assert (e.loc["n2", "rows"], e.loc["n2", "kinds"], e.loc["n2", "max_score"]) == (
+        2, "link,node", 0.95)
+    assert e.loc["n2", "end"] - e.loc["n2", "start"] == pytest.approx(1200.0)
+    assert pd.isna(e.loc["n2", "failure_ts"]) and e.loc["n3", "failure_ts"] == F
+    assert list(out.episodes["start"]) == sorted(out.episodes["start"])
+    # The figures are counted from these rows.
+    r = evaluate(trace, alerts)
+    assert (r.caught, r.true_episodes, r.false_episodes, r.late_episodes) == (1, 1, 1, 1)
+    assert (r.gpu_failures_caught, r.gpu_named_right) == (1, 0)
 
 
 def test_alerts_on_other_nodes_catch_nothing() -> None:
