@@ -227,7 +227,7 @@ def _failures_table(failures: pd.DataFrame) -> Table:
         table.add_row(
             _when(r["ts"]), str(r["node"]),
             str(r["kind"]) if r["gpu"] == -1 else f"{r['kind']} {r['gpu']}",
-            _minutes(r["precursor_s"]) if r["precursor_s"] else "none",
+            "none" if r["precursor_s"] == 0 else _minutes(r["precursor_s"]),  # "-": not known
             _minutes(r["lead_s"]) if r["caught"] else "[red]missed[/red]",
             f"{r['alert_kind']} {r['alert_score']:.2f}" if r["caught"] else "",
             _minutes(r["lead_estimate_s"]) if r["caught"] else "",
