@@ -201,22 +201,26 @@ def read_trace(root: Path | str, *, with_failures: bool = False) -> FleetTrace:
         frames[file] = _read_csv(path, file) if path.is_file() else empty_frame(file)
     events = frames["events.csv"]
     events["kind"] = events["kind"].astype(str) if len(events) else events["kind"]
-    failures = None
-    if with_failures:
-        path = root / "failures.csv"
-        if not path.is_file():
-            raise TraceFormatError(path, "missing: evaluation needs the ground-truth failures")
-        failures = _read_csv(path, "failures.csv")
-        if "precursor_s" not in failures.columns:
-            failures["precursor_s"] = float("nan")
     return FleetTrace(
         meta=meta,
         gpu=frames["gpu.csv.gz"],
         node=frames["node.csv.gz"],
         links=frames["links.csv.gz"],
         events=events,
-        failures=failures,
+        failures=read_failures(root) if with_failures else None,
     )
+
+
+def read_failures(root: Path | str) -> pd.DataFrame:
+    """``failures.csv`` alone (``ts,node,gpu,kind,precursor_s``; ``precursor_s`` NaN where the
+    file has no such column), without reading the telemetry."""
+    path = Path(root) / "failures.csv"
+    if not path.is_file():
+        raise TraceFormatError(path, "missing: evaluation needs the ground-truth failures")
+    failures = _read_csv(path, "failures.csv")
+    if "precursor_s" not in failures.columns:
+        failures["precursor_s"] = float("nan")
+    return failures
 
 
 def write_trace(root: Path | str, trace: FleetTrace) -> None:

@@ -103,7 +103,10 @@ def backtest(
         help="skops model file, or 'rules' for the DCGM-style threshold baseline. "
              "Default: the model shipped with Foreshock.")] = None,
     plot: Annotated[Path | None, typer.Option(
-        help="Also draw risk timelines to this PNG (failures marked if failures.csv exists).")
+        help="Also draw risk timelines to this PNG: a lane per node (those with failures or "
+             "alerts first, up to 24), its risk as colour; where failures.csv exists, each "
+             "failure caught or missed with its precursor, and each alert episode green if a "
+             "failure followed, red if none did.")
     ] = None,
     every: Annotated[float, typer.Option(help="Scoring period in trace seconds.")] = 300.0,
     fire_at: Annotated[float | None, typer.Option(
