@@ -157,19 +157,18 @@ def evaluate_cmd(
     """Score alerts against a trace's failures: recall, precision, false episodes, lead time."""
     from rich.console import Console
 
-    from collector.fleet_trace import TraceFormatError, read_trace
-    from predictor.evaluate import AlertsFormatError, evaluate, outcomes, read_alerts
+    from collector.fleet_trace import TraceFormatError
+    from predictor.evaluate import AlertsFormatError, outcomes, read_alerts, summarize
 
     try:
-        trace = read_trace(trace_dir, with_failures=True)
         frame = read_alerts(alerts)
-        report = evaluate(trace, frame, source=str(alerts))
-        out = outcomes(trace, frame, source=str(alerts)) if details else None
+        out = outcomes(trace_dir, frame, source=str(alerts))
     except (TraceFormatError, AlertsFormatError) as exc:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
+    report = summarize(out, alerts=len(frame))
     if json_:
-        if out is None:
+        if not details:
             typer.echo(report.to_json())
         else:
             typer.echo(json.dumps({**json.loads(report.to_json()),
@@ -178,7 +177,7 @@ def evaluate_cmd(
         return
     console = Console()
     console.print(_report_table(report, title=f"{trace_dir} vs {alerts}"))
-    if out is not None:
+    if details:
         console.print(_failures_table(out.failures))
         console.print(_episodes_table(out.episodes))
 

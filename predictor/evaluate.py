@@ -278,7 +278,11 @@ def outcomes(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
 def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
              source: str = "alerts") -> EvaluationReport:
     """Score ``alerts`` against the trace's ``failures.csv`` (fleet-trace.md's figures)."""
-    out = outcomes(trace, alerts, source=source)
+    return summarize(outcomes(trace, alerts, source=source), alerts=len(alerts))
+
+
+def summarize(out: Outcomes, *, alerts: int) -> EvaluationReport:
+    """fleet-trace.md's figures, counted from ``outcomes`` of ``alerts`` alert rows."""
     failures, eps = out.failures, out.episodes
     caught = failures["caught"].to_numpy(dtype=bool)
     leads = failures["lead_s"].to_numpy()[caught]
@@ -316,7 +320,7 @@ def evaluate(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
         if has_precursor_info else None,
         recall_by_kind=by_kind,
         caught_by_precursor=by_length,
-        alerts=len(alerts),
+        alerts=alerts,
         episodes=len(eps),
         true_episodes=true_ep,
         false_episodes=false_ep,

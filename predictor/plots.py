@@ -36,7 +36,7 @@ def _labels(result: BacktestResult, trace_dir: Path | None) -> tuple[FleetTrace,
     stamps = pd.concat([tl["ts"], alerts["ts"]])
     meta = TraceMeta(start=float(stamps.min()) if len(stamps) else 0.0,
                      end=float(stamps.max()) if len(stamps) else 0.0, interval_s=30.0,
-                     nodes=tuple(sorted({*tl["node"], *alerts["node"]})), gpus_per_node=0)
+                     nodes=(), gpus_per_node=0)
     failures = empty_frame("failures.csv")
     labelled = False
     if trace_dir is not None:
@@ -46,16 +46,12 @@ def _labels(result: BacktestResult, trace_dir: Path | None) -> tuple[FleetTrace,
             labelled = True
         except TraceFormatError:
             pass  # the backtest ran without them; draw the risk and the alerts alone
-    empty = {f: empty_frame(f) for f in ("gpu.csv.gz", "node.csv.gz", "links.csv.gz",
-                                         "events.csv")}
-    trace = FleetTrace(meta=meta, gpu=empty["gpu.csv.gz"], node=empty["node.csv.gz"],
-                       links=empty["links.csv.gz"], events=empty["events.csv"],
-                       failures=failures)
-    known = set(meta.nodes)
-    if not set(alerts["node"]) <= known or not set(failures["node"].astype(str)) <= known:
-        trace = replace(trace, meta=replace(meta, nodes=tuple(sorted(
-            known | set(alerts["node"]) | set(failures["node"].astype(str))))))
-    return trace, labelled
+    # Every node drawn or judged is one of the trace's, whatever meta.json lists.
+    nodes = {*meta.nodes, *tl["node"], *alerts["node"], *failures["node"].astype(str)}
+    return FleetTrace(meta=replace(meta, nodes=tuple(sorted(nodes))),
+                      gpu=empty_frame("gpu.csv.gz"), node=empty_frame("node.csv.gz"),
+                      links=empty_frame("links.csv.gz"), events=empty_frame("events.csv"),
+                      failures=failures), labelled
 
 
 def _lanes(tl: pd.DataFrame, failures: pd.DataFrame, episodes: pd.DataFrame,
@@ -95,11 +91,12 @@ def plot_backtest(result: BacktestResult, trace_dir: Path | None, out: Path | st
     nodes = _lanes(tl, failures, episodes, max_nodes)
     row = {n: i for i, n in enumerate(nodes)}
     t0 = trace.meta.start
-    hours = (np.sort(tl["ts"].unique()) - t0) / 3600.0 if len(tl) else np.zeros(1)
-    grid = (tl[tl["node"].isin(nodes)].pivot_table(index="node", columns="ts", values="risk",
-                                                   aggfunc="max")
-            .reindex(index=nodes, columns=np.sort(tl["ts"].unique())) if len(tl)
-            else pd.DataFrame(np.nan, index=nodes, columns=[t0]))
+    ticks = np.sort(tl["ts"].unique())
+    hours = (ticks - t0) / 3600.0 if len(tl) else np.zeros(1)
+    grid = (tl[tl["node"].isin(nodes)]
+            .pivot_table(index="node", columns="ts", values="risk", aggfunc="max")
+            .reindex(index=nodes, columns=ticks)
+            if len(tl) else pd.DataFrame(np.nan, index=nodes, columns=[t0]))
     step = float(np.median(np.diff(hours))) if len(hours) > 1 else 1.0
     edges = np.r_[hours - step / 2, hours[-1] + step / 2]
 
