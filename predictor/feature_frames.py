@@ -73,10 +73,6 @@ LINK_FEATURES: dict[str, int] = {
 for _kind, _features in (("gpu", GPU_FEATURES), ("node", NODE_FEATURES), ("link", LINK_FEATURES)):
     _features.update({name: direction for name, (_, direction) in SUSTAINED[_kind].items()})
 GPU_FEATURES["err_held_1h"] = 1  # the highest floor any error counter held for the last hour
-# How far error growth held for 15 minutes has fallen from its highest of the last hour: a burst
-# passing (it rose and fades) against a precursor (its growth holds or climbs). Less fall is
-# worse; the peak itself is no evidence either way, only the fall from it.
-GPU_FEATURES["err_fall_1h"] = -1
 FEATURES_BY_KIND: dict[str, dict[str, int]] = {
     "gpu": GPU_FEATURES, "node": NODE_FEATURES, "link": LINK_FEATURES}
 
@@ -173,8 +169,6 @@ def build(engine: FeatureEngine, t: float, *, stale_s: float) -> Features:
     gpu = engine.sustained.add_to("gpu", gpu, t)
     gpu["err_held_1h"] = _nanmax(gpu[[f"{c}_held_1h" for c in RISING_COUNTERS]].to_numpy(
         dtype=np.float64))
-    gpu = engine.peaks.add_to("gpu", gpu, t)
-    gpu["err_fall_1h"] = gpu.pop("err_rise_peak_1h") - gpu["err_rise_held_15m"]
     node = engine.sustained.add_to("node", node, t)
     link = engine.sustained.add_to("link", link, t)
     return Features(t=t, gpu=gpu, node=node, link=link, explained=explained)

@@ -1,7 +1,7 @@
 import numpy as np
 import pandas as pd
 
-from predictor.sustained import PEAKS, SNAPSHOT_S, WINDOW_S, SustainedHistory
+from predictor.sustained import SNAPSHOT_S, WINDOW_S, SustainedHistory
 
 T0 = 1.7e9
 
@@ -72,17 +72,3 @@ def test_error_growth_held_for_15_minutes_outlasts_a_burst_and_needs_no_hour() -
     # A history of 5 minutes claims nothing; 10 minutes of snapshots (15 of signal) does.
     assert _run([7.0] * 2).loc[0, "err_rise_held_15m"] == 0.0
     assert _run([7.0] * 3).loc[0, "err_rise_held_15m"] == 3.5
-
-
-
-def test_the_peak_of_held_growth_forgets_after_an_hour() -> None:
-    # A second pass over ``PEAKS``: the ceiling over the hour of the 15-minute floor.
-    history, peaks = SustainedHistory(), SustainedHistory(PEAKS)
-    out = None
-    for i, v in enumerate([0.0] * 4 + [8.0] * 4 + [2.0] * 14):
-        out = peaks.add_to("gpu", history.add_to("gpu", _gpu_frame(v), T0 + i * SNAPSHOT_S),
-                           T0 + i * SNAPSHOT_S)
-        if i == 9:  # held at 4 (err_rise_5m reads pcie / 2) for 15 minutes, now falling
-            assert out.loc[0, "err_rise_peak_1h"] == 4.0
-            assert out.loc[0, "err_rise_held_15m"] == 1.0
-    assert out is not None and out.loc[0, "err_rise_peak_1h"] == 1.0
