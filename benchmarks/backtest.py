@@ -27,10 +27,11 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
+import pandas as pd
 
 from collector.fleet_trace import FleetTrace
 from predictor.backtest import run
-from predictor.evaluate import PRECURSOR_BANDS, EvaluationReport, evaluate
+from predictor.evaluate import PRECURSOR_BANDS, EvaluationReport, outcomes, summarize
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.scorer import load_model
 
@@ -85,17 +86,11 @@ def suites(count: int, alt_count: int = 8, third_count: int = 6, fourth_count: i
             if name not in skip}
 
 
-def _leads(trace: FleetTrace, alerts: object) -> list[float]:
-    import pandas as pd
-
-    assert isinstance(alerts, pd.DataFrame) and trace.failures is not None
-    out = []
-    for _, f in trace.failures.iterrows():
-        a = alerts[(alerts["node"] == f["node"]) & (alerts["ts"] <= f["ts"] - 60)
-                   & (alerts["ts"] >= f["ts"] - 6 * 3600)]
-        if len(a):
-            out.append(float(f["ts"] - a["ts"].min()))
-    return out
+def scored(trace: FleetTrace, alerts: pd.DataFrame) -> tuple[EvaluationReport, list[float]]:
+    """fleet-trace.md's figures for ``alerts`` and the lead of each caught failure (for pooled
+    medians), from one pass over the trace's failures (``predictor.evaluate.outcomes``)."""
+    out = outcomes(trace, alerts)
+    return summarize(out, alerts=len(alerts)), out.failures["lead_s"].dropna().tolist()
 
 
 def band_counts(rep: EvaluationReport) -> Counter[str]:
@@ -147,12 +142,12 @@ def figures(model_spec: str | None, count: int, only: str | None = None,
             for trace in traces:
                 # Each model's own default policy: rules hold like a DCGM `for: 10m` rule.
                 alerts = run(trace, model).alerts
-                rep = evaluate(trace, alerts)
+                rep, caught_leads = scored(trace, alerts)
                 for k in ("failures", "failures_with_precursor", "caught", "caught_with_precursor",
                           "true_episodes", "false_episodes", "node_days", "gpu_failures_caught",
                           "gpu_named_right"):
                     tot[k] = tot.get(k, 0.0) + float(getattr(rep, k))
-                leads += _leads(trace, alerts)
+                leads += caught_leads
                 bands.update(band_counts(rep))
                 bands.update(estimate_counts(rep))
             rec = tot["caught_with_precursor"] / max(tot["failures_with_precursor"], 1)

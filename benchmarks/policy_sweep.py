@@ -33,7 +33,6 @@ import pandas as pd
 
 from collector.fleet_trace import FleetTrace, TraceMeta
 from predictor.backtest import ALERT_COLUMNS, run
-from predictor.evaluate import evaluate
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.generator_config import PRECURSOR_SHAPES
 from predictor.hysteresis import AlertPolicy, PolicyConfig
@@ -45,11 +44,11 @@ import alt_generator
 import third_generator
 from backtest import (
     BASE,
-    _leads,
     band_counts,
     band_text,
     estimate_counts,
     estimate_text,
+    scored,
     suite_makers,
 )
 
@@ -214,13 +213,13 @@ def figures(loaded: dict[str, tuple[FleetTrace, pd.DataFrame]], config: PolicyCo
             if name.rsplit("-", 1)[0] != g:
                 continue
             alerts = alerts_for(rows, config)
-            rep = evaluate(trace, alerts)
+            rep, caught_leads = scored(trace, alerts)
             tot["c"] += rep.caught_with_precursor
             tot["p"] += rep.failures_with_precursor
             tot["t"] += rep.true_episodes
             tot["f"] += rep.false_episodes
             tot["nd"] += rep.node_days
-            leads += _leads(trace, alerts)
+            leads += caught_leads
             bands.update(band_counts(rep))
             bands.update(estimate_counts(rep))
         for k in pooled:
