@@ -10,7 +10,7 @@ through each policy variant in ``VARIANTS`` and scores the alerts with ``predict
 the same alerts ``foreshock backtest`` writes for that policy, in seconds instead of a backtest.
 
 Three sets: ``validation`` (fresh seeds of the three generators, used to choose a policy),
-``suites`` (the six suites of ``benchmarks/backtest.py --figures``, for reporting only) and
+``suites`` (the seven suites of ``benchmarks/backtest.py --figures``, for reporting only) and
 ``shaped`` (our generator on fresh seeds with precursors of every shape, not only ramps: how much
 a model leans on one shape of growth).
 """
@@ -257,7 +257,7 @@ def main() -> None:
     p.add_argument("dir", type=Path, help="where the cached risks live")
     p.add_argument("--set", dest="which", choices=("validation", "suites", "shaped"),
                    default="validation",
-                   help="fresh seeds (choose a policy on these), the six suites (report) or our "
+                   help="fresh seeds (choose a policy on these), the seven suites (report) or our "
                         "generator's fresh seeds with precursors of every shape")
     p.add_argument("--model", default=None, help="skops model path (default: the shipped one)")
     p.add_argument("--jobs", type=int, default=2, help="traces scored at once (cache)")
