@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pandas as pd
@@ -15,21 +13,13 @@ import pytest
 
 from collector.fleet_trace import FleetTrace, read_trace, write_trace
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import fifth_generator as gen
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "fifth_generator.py"
 APP_XIDS = {13, 31, 43}
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fifth_generator", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load()
 
 
 @pytest.fixture(scope="module")

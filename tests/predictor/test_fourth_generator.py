@@ -3,10 +3,8 @@ accepts, deterministic per seed, with ground truth whose precursors show where t
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pandas as pd
@@ -14,22 +12,13 @@ import pytest
 
 from collector.fleet_trace import FleetTrace, read_trace, write_trace
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import fourth_generator as fg
+
 SMALL = {"nodes": 8, "days": 0.5, "interval_s": 60.0}
 LARGER = {"nodes": 32, "days": 1.0, "interval_s": 60.0}
 APP_XIDS = {13, 31, 43, 45}
-
-
-def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fourth_generator.py"
-    spec = importlib.util.spec_from_file_location("fourth_generator", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-fg = _load()
 
 
 @pytest.fixture(scope="module")
