@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -45,10 +45,15 @@ import third_generator
 BASE = {"nodes": 32, "days": 2.0, "failure_count": 24, "repair_scale": 0.05}
 
 
-def suite_makers(count: int, alt_count: int = 8, third_count: int = 6,
-                 fourth_count: int = 6, fifth_count: int = 6,
+SUITE_SIZES: dict[str, int] = {"alt generator, larger": 8, "third generator": 6,
+                               "fourth generator": 6, "fifth generator": 6}
+"""Traces in the suites that have a size of their own, by name; the others take ``count``."""
+
+
+def suite_makers(count: int, sizes: Mapping[str, int] = SUITE_SIZES,
                  ) -> dict[str, tuple[int, Callable[[int], FleetTrace]]]:
-    """Each suite's trace count and how to build its i-th trace (nothing is built here)."""
+    """Each suite's trace count (``sizes``, else ``count``) and how to build its i-th trace
+    (nothing is built here)."""
     shifted = [
         dict(nodes=64, interval_s=10.0, confounders=2.0, noise=1.5, rack_size=8,
              mix={"ecc": 3, "thermal": 1, "nvlink": 1, "pcie": 1, "nic": 2, "gpu_sudden": 1}),
@@ -58,38 +63,36 @@ def suite_makers(count: int, alt_count: int = 8, third_count: int = 6,
         dict(nodes=48, interval_s=15.0, slow_node_fraction=0.15, outage_per_node_day=1.0,
              precursor_min_s=1200.0, precursor_max_s=4 * 3600.0, intensity_min=0.2),
     ]
-    makers: dict[str, tuple[int, Callable[[int], FleetTrace]]] = {
-        "unseen seeds": (count, lambda i: generate_trace(GeneratorConfig(seed=90 + i, **BASE))),  # type: ignore[arg-type]
-        "shifted params": (count, lambda i: generate_trace(GeneratorConfig(
-            seed=190 + i, **{**BASE, **shifted[i % len(shifted)]}))),  # type: ignore[arg-type, dict-item]
-        "alt generator": (count, lambda i: alt_generator.generate(seed=500 + i, nodes=32,
-                                                                  days=2.0)),
+    makers: dict[str, Callable[[int], FleetTrace]] = {
+        "unseen seeds": lambda i: generate_trace(GeneratorConfig(seed=90 + i, **BASE)),  # type: ignore[arg-type]
+        "shifted params": lambda i: generate_trace(GeneratorConfig(
+            seed=190 + i, **{**BASE, **shifted[i % len(shifted)]})),  # type: ignore[arg-type, dict-item]
+        "alt generator": lambda i: alt_generator.generate(seed=500 + i, nodes=32, days=2.0),
         # (c) holds ~9 failures with a precursor: too few to tell models apart. (d): 8 fleets of
         # 48 nodes at 10-60 s sampling from the same independent generator, ~34 such failures.
-        "alt generator, larger": (alt_count, lambda i: alt_generator.generate(
-            seed=600 + i, nodes=48, days=2.0, interval_s=(30.0, 15.0, 60.0, 10.0)[i % 4])),
+        "alt generator, larger": lambda i: alt_generator.generate(
+            seed=600 + i, nodes=48, days=2.0, interval_s=(30.0, 15.0, 60.0, 10.0)[i % 4]),
         # (e): a third generator, written by a helper that was shown only the trace format, the
         # metric names, the real fault trace and the failure signatures: never trained on.
-        "third generator": (third_count, lambda i: third_generator.generate(
-            seed=700 + i, nodes=(32, 48)[i % 2], days=2.0, interval_s=(30.0, 15.0, 60.0)[i % 3])),
+        "third generator": lambda i: third_generator.generate(
+            seed=700 + i, nodes=(32, 48)[i % 2], days=2.0, interval_s=(30.0, 15.0, 60.0)[i % 3]),
         # (f): a fourth generator, written in round 29 by a helper under the same brief as the
         # third's (never shown the predictor or the other generators): never trained or tuned on.
-        "fourth generator": (fourth_count, lambda i: fourth_generator.generate(
-            seed=800 + i, nodes=(32, 48)[i % 2], days=2.0, interval_s=(30.0, 15.0, 60.0)[i % 3])),
+        "fourth generator": lambda i: fourth_generator.generate(
+            seed=800 + i, nodes=(32, 48)[i % 2], days=2.0, interval_s=(30.0, 15.0, 60.0)[i % 3]),
         # (g): a fifth generator, written in round 30 by a helper under the same brief, once (f)
         # had been read to choose a change: the suite that no choice has looked at yet.
-        "fifth generator": (fifth_count, lambda i: fifth_generator.generate(
-            seed=900 + i, nodes=(32, 48)[i % 2], days=2.0, interval_s=(30.0, 15.0, 60.0)[i % 3])),
+        "fifth generator": lambda i: fifth_generator.generate(
+            seed=900 + i, nodes=(32, 48)[i % 2], days=2.0, interval_s=(30.0, 15.0, 60.0)[i % 3]),
     }
-    return makers
+    return {name: (sizes.get(name, count), make) for name, make in makers.items()}
 
 
-def suites(count: int, alt_count: int = 8, third_count: int = 6, fourth_count: int = 6,
-           fifth_count: int = 6, skip: tuple[str, ...] = ()) -> dict[str, list[FleetTrace]]:
+def suites(count: int, sizes: Mapping[str, int] = SUITE_SIZES,
+           skip: tuple[str, ...] = ()) -> dict[str, list[FleetTrace]]:
     # Only the suites asked for are generated (a trace of (d) or (e) takes seconds to build).
     return {name: [make(i) for i in range(n)]
-            for name, (n, make) in suite_makers(count, alt_count, third_count,
-                                                 fourth_count, fifth_count).items()
+            for name, (n, make) in suite_makers(count, sizes).items()
             if name not in skip}
 
 
@@ -132,14 +135,12 @@ def band_text(bands: Counter[str]) -> str:
 
 
 def figures(model_spec: str | None, count: int, only: str | None = None,
-            alt_count: int = 8, third_count: int = 6, fourth_count: int = 6,
-            fifth_count: int = 6, skip: tuple[str, ...] = ()) -> None:
+            sizes: Mapping[str, int] = SUITE_SIZES, skip: tuple[str, ...] = ()) -> None:
     models = {"model": load_model(model_spec), "rules": load_model("rules")}
     print(f"model {models['model'].version}")
     if only is not None:
         models = {only: models[only]}
-    for name, traces in suites(count, alt_count, third_count, fourth_count, fifth_count,
-                                   skip).items():
+    for name, traces in suites(count, sizes, skip).items():
         if not traces:
             continue
         print(f"\n== {name} ({len(traces)} traces) ==")
@@ -203,8 +204,9 @@ def main() -> None:
                    help="evaluate only the model or only the rules baseline")
     a = p.parse_args()
     if a.figures:
-        figures(a.model, a.traces, a.only, a.alt_traces, a.third_traces, a.fourth_traces,
-                a.fifth_traces, tuple(a.skip))
+        sizes = {"alt generator, larger": a.alt_traces, "third generator": a.third_traces,
+                 "fourth generator": a.fourth_traces, "fifth generator": a.fifth_traces}
+        figures(a.model, a.traces, a.only, sizes, tuple(a.skip))
     else:
         timing(a.model)
 
