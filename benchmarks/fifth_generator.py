@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,12 +56,8 @@ import numpy as np
 import pandas as pd
 from scipy.signal import lfilter
 
-_ROOT = Path(__file__).resolve().parents[1]
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from collector.fleet_trace import FleetTrace, TraceMeta, write_trace  # noqa: E402
-from collector.metrics import SBE_RATE_WINDOW_S, SBE_RATE_XID_PER_MIN  # noqa: E402
+from collector.fleet_trace import FleetTrace, TraceMeta, write_trace
+from collector.metrics import SBE_RATE_WINDOW_S, SBE_RATE_XID_PER_MIN
 
 GPUS_PER_NODE = 8
 START = 1_725_000_000.0
