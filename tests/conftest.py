@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from filelock import FileLock
 
 PG_ADMIN_DSN = os.environ.get("FORESHOCK_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -26,6 +27,20 @@ def _pg_available() -> bool:
             return True
     except psycopg.Error:
         return False
+
+
+@pytest.fixture
+def one_torchrun_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Held by a test while it runs a multi-process torchrun job, so that the xdist workers run
+    such tests one at a time: two elastic jobs at once on two cores (agents and workers all
+    importing torch, each picking free ports) is where CI saw its only two hangs. (xdist's
+    ``--dist loadgroup`` would do it, but with pytest 9.2 and pytest-xdist 3.8 it spread one
+    group over both workers.)"""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the workers of one run
+    with FileLock(root / "torchrun.lock"):
+        yield
 
 
 @pytest.fixture

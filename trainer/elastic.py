@@ -155,6 +155,17 @@ class ElasticCluster:
     def log(self, node: str) -> str:
         return (self.log_dir / f"{node}.log").read_text(errors="replace")
 
+    def tails(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of every node's log (agent and workers), for a failure
+        report: what each agent was doing when the job did not end as expected."""
+        out = []
+        for node in self.config.nodes:
+            path = self.log_dir / f"{node}.log"
+            text = path.read_text(errors="replace").splitlines() if path.exists() else []
+            out.append(f"--- {node} (last {min(lines, len(text))} of {len(text)} lines)")
+            out.extend(text[-lines:])
+        return "\n".join(out)
+
     def stop(self) -> None:
         """Stop every agent and worker still running, then the store."""
         left = {node: self._processes(node) for node in self.running()}

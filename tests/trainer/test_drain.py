@@ -26,8 +26,9 @@ WORKER = str(Path(__file__).with_name("elastic_worker.py"))
 NODES = ("node-a", "node-b", "node-c")
 
 # A liveness bound, not a speed target: three torchrun agents restarting on two cores shared with
-# the other xdist worker took past 120 s once in CI (cluster.wait(100) after the fault).
-pytestmark = pytest.mark.timeout(240)
+# the other xdist worker took past 120 s once in CI (cluster.wait(100) after the fault); 360 s
+# with the wait for another torchrun test to finish (``one_torchrun_job``).
+pytestmark = [pytest.mark.timeout(360), pytest.mark.usefixtures("one_torchrun_job")]
 
 
 def _mark_running(store: Store, job: str, nodes: tuple[str, ...]) -> None:
@@ -85,7 +86,8 @@ def _cluster(tmp_path: Path, url: str, job: str, *extra: str, nodes: tuple[str, 
             *extra]
     return ElasticCluster(ElasticConfig(nodes=nodes, min_nodes=min_nodes, run_id="t"),
                           argv=argv, log_dir=tmp_path / "logs",
-                          env={"PYTHONPATH": str(Path(__file__).parents[2])})
+                          env={"PYTHONPATH": str(Path(__file__).parents[2]),
+                               "LOGLEVEL": "INFO"})  # rendezvous steps, for a failure report
 
 
 def _decisions(url: str, job: str) -> list[dict[str, Any]]:
@@ -110,7 +112,7 @@ def test_drained_node_leaves_training_resumes_losing_no_step_and_the_node_can_re
         codes = cluster.wait(120)
         lines = _lines(cluster)
     assert drained_agent != 0  # its agent was stopped, not finished: the job stayed elastic
-    assert codes == {"node-a": 0, "node-b": 0, "node-c": 0}, codes
+    assert codes == {"node-a": 0, "node-b": 0, "node-c": 0}, f"{codes}\n{cluster.tails()}"
     [decision] = _decisions(server.url, job)
     assert decision["node"] == "node-b" and decision["state"] == "done", decision
     assert "resumed on 2 node(s)" in decision["reason"]
@@ -137,7 +139,7 @@ def test_node_dying_before_its_drain_completes_falls_back_to_elastic_restart(
         _fire(store, job, "node-c")
         codes = cluster.wait(100)
         lines = _lines(cluster)
-    assert codes["node-a"] == codes["node-b"] == 0, codes
+    assert codes["node-a"] == codes["node-b"] == 0, f"{codes}\n{cluster.tails()}"
     [decision] = _decisions(server.url, job)
     assert decision["state"] == "failed", decision
     assert "left before the drain completed" in decision["reason"]
@@ -166,7 +168,7 @@ def test_cancelled_and_refused_decisions_leave_the_job_alone(
                   nodes=nodes, min_nodes=1) as cluster:
         codes = cluster.wait(100)
         lines = _lines(cluster)
-    assert codes == {"node-a": 0, "node-b": 0}, codes
+    assert codes == {"node-a": 0, "node-b": 0}, f"{codes}\n{cluster.tails()}"
     assert {(r["node"], r["world"]) for r in lines if r["event"] == "end"} == {
         ("node-a", 2), ("node-b", 2)}
     decided = [(d["node"], d["state"]) for d in _decisions(server.url, job)]

@@ -35,6 +35,8 @@ def _per_rank(store: Store, name: str) -> dict[int, list[float]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(480)  # its own 240 s, and waiting for another torchrun test
+@pytest.mark.usefixtures("one_torchrun_job")
 def test_two_rank_run_reaches_the_store_and_shows_the_straggler(
         sqlite_url: str, live_server: Callable[..., LiveServer], tmp_path: Path) -> None:
     server = live_server(sqlite_url)
