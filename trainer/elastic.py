@@ -114,7 +114,7 @@ class ElasticCluster:
         """Start (or restart: a drained node that proved healthy rejoins) ``node``'s agent."""
         env = {**self.env, "FORESHOCK_NODE": node, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
                "OMP_NUM_THREADS": self.env.get("OMP_NUM_THREADS", "1")}
-        log = (self.log_dir / f"{node}.log").open("ab")
+        log = self.log_path(node).open("ab")
         # A session of its own per agent: killing the node kills its workers too.
         self.agents[node] = subprocess.Popen(self.command(node), env=env, stdout=log,
                                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -152,16 +152,19 @@ class ElasticCluster:
             time.sleep(0.2)
         return {n: p.poll() for n, p in self.agents.items()}
 
+    def log_path(self, node: str) -> Path:
+        """Where ``node``'s agent and workers write (stdout and stderr, appended on a restart)."""
+        return self.log_dir / f"{node}.log"
+
     def log(self, node: str) -> str:
-        return (self.log_dir / f"{node}.log").read_text(errors="replace")
+        return self.log_path(node).read_text(errors="replace")
 
     def tails(self, lines: int = 30) -> str:
         """The last ``lines`` lines of every node's log (agent and workers), for a failure
         report: what each agent was doing when the job did not end as expected."""
         out = []
         for node in self.config.nodes:
-            path = self.log_dir / f"{node}.log"
-            text = path.read_text(errors="replace").splitlines() if path.exists() else []
+            text = self.log(node).splitlines() if self.log_path(node).exists() else []
             out.append(f"--- {node} (last {min(lines, len(text))} of {len(text)} lines)")
             out.extend(text[-lines:])
         return "\n".join(out)
