@@ -48,6 +48,13 @@ BASE = {"nodes": 32, "days": 2.0, "failure_count": 24, "repair_scale": 0.05}
 SUITE_SIZES: dict[str, int] = {"alt generator, larger": 8, "third generator": 6,
                                "fourth generator": 6, "fifth generator": 6}
 """Traces in the suites that have a size of their own, by name; the others take ``count``."""
+SIZE_OPTIONS: dict[str, tuple[str, str]] = {
+    "alt generator, larger": ("--alt-traces", "larger alt-generator suite (d)"),
+    "third generator": ("--third-traces", "third-generator suite (e)"),
+    "fourth generator": ("--fourth-traces", "fourth-generator suite (f)"),
+    "fifth generator": ("--fifth-traces", "fifth-generator suite (g)"),
+}
+"""The command-line option that sizes each suite of ``SUITE_SIZES``, and what --help calls it."""
 
 
 def suite_makers(count: int, sizes: Mapping[str, int] = SUITE_SIZES,
@@ -190,22 +197,17 @@ def main() -> None:
     p.add_argument("--model", default=None, help="skops model path (default: the shipped one)")
     p.add_argument("--figures", action="store_true", help="evaluate the seven suites")
     p.add_argument("--traces", type=int, default=3, help="traces per suite")
-    p.add_argument("--alt-traces", type=int, default=8,
-                   help="traces in the larger alt-generator suite (d); 0 skips it")
-    p.add_argument("--third-traces", type=int, default=6,
-                   help="traces in the third-generator suite (e); 0 skips it")
-    p.add_argument("--fourth-traces", type=int, default=6,
-                   help="traces in the fourth-generator suite (f); 0 skips it")
-    p.add_argument("--fifth-traces", type=int, default=6,
-                   help="traces in the fifth-generator suite (g); 0 skips it")
+    for suite, (flag, what) in SIZE_OPTIONS.items():
+        p.add_argument(flag, type=int, default=SUITE_SIZES[suite],
+                       help=f"traces in the {what}; 0 skips it")
     p.add_argument("--skip", action="append", default=[], metavar="SUITE",
                    help="leave out a suite by name, e.g. --skip 'unseen seeds' (repeatable)")
     p.add_argument("--only", choices=("model", "rules"), default=None,
                    help="evaluate only the model or only the rules baseline")
     a = p.parse_args()
     if a.figures:
-        sizes = {"alt generator, larger": a.alt_traces, "third generator": a.third_traces,
-                 "fourth generator": a.fourth_traces, "fifth generator": a.fifth_traces}
+        sizes = {suite: getattr(a, flag[2:].replace("-", "_"))
+                 for suite, (flag, _) in SIZE_OPTIONS.items()}
         figures(a.model, a.traces, a.only, sizes, tuple(a.skip))
     else:
         timing(a.model)
