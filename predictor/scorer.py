@@ -107,8 +107,8 @@ class Scorer:
             if kind == "gpu" and not rules:
                 _chronic_xids(self.model, frame, ~gone, risk, lead, signals,
                               explain_above=self.explain_above)
-            if kind == "gpu" and not rules and feats.remaps:
-                _repeated_remaps(frame, ~gone, feats.remaps, risk, lead, signals)
+                if feats.remaps:
+                    _repeated_remaps(frame, ~gone, feats.remaps, risk, lead, signals)
             part = pd.DataFrame({
                 "kind": kind,
                 "node": nodes,
