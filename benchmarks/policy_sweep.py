@@ -9,10 +9,11 @@ so ``cache`` backtests every trace once with a model and keeps that row per node
 through each policy variant in ``VARIANTS`` and scores the alerts with ``predictor.evaluate``:
 the same alerts ``foreshock backtest`` writes for that policy, in seconds instead of a backtest.
 
-Three sets: ``validation`` (fresh seeds of the three generators, used to choose a policy),
-``suites`` (the seven suites of ``benchmarks/backtest.py --figures``, for reporting only) and
+Four sets: ``validation`` (fresh seeds of the first three generators, used to choose a policy),
+``suites`` (the seven suites of ``benchmarks/backtest.py --figures``, for reporting only),
 ``shaped`` (our generator on fresh seeds with precursors of every shape, not only ramps: how much
-a model leans on one shape of growth).
+a model leans on one shape of growth) and ``later`` (fresh seeds of the fourth and fifth
+generators, which came after the lanes were chosen).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from predictor.scorer import load_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import alt_generator
+import fifth_generator
+import fourth_generator
 import third_generator
 from backtest import (
     BASE,
@@ -79,6 +82,21 @@ def _validation(rounds: int = 1) -> dict[str, Maker]:
     return out
 
 
+def _later(rounds: int = 1) -> dict[str, Maker]:
+    """Fresh seeds of the fourth and fifth generators, the two written after the policy's lanes
+    were chosen: three fleets of each a round (fourth 810-812, fifth 910-912 in the first; the
+    suites use 800-805 and 900-905) at the suites' sizes and intervals."""
+    out: dict[str, Maker] = {}
+    for r in range(rounds):
+        for i, iv in enumerate((30.0, 15.0, 60.0)):
+            s, nodes = 3 * r + i, (32, 48)[i % 2]
+            out[f"fourth-{810 + s}"] = lambda s=s, iv=iv, nodes=nodes: fourth_generator.generate(
+                seed=810 + s, nodes=nodes, days=2.0, interval_s=iv)
+            out[f"fifth-{910 + s}"] = lambda s=s, iv=iv, nodes=nodes: fifth_generator.generate(
+                seed=910 + s, nodes=nodes, days=2.0, interval_s=iv)
+    return out
+
+
 def _suite_makers() -> dict[str, Maker]:
     out: dict[str, Maker] = {}
     for name, (n, make) in suite_makers(3).items():
@@ -101,7 +119,7 @@ def _shaped(rounds: int = 1) -> dict[str, Maker]:
 def _makers(which: str, rounds: int = 1) -> dict[str, Maker]:
     if which == "suites":
         return _suite_makers()
-    return {"validation": _validation, "shaped": _shaped}[which](rounds)
+    return {"validation": _validation, "shaped": _shaped, "later": _later}[which](rounds)
 
 
 def _cache_one(args: tuple[str, int, str, Path, str | None, float]) -> str:
@@ -172,6 +190,10 @@ VARIANTS: dict[str, PolicyConfig] = {
     "quick lane at 0.60": PolicyConfig(quick_at=0.60),
     "quick lane at 0.70": PolicyConfig(quick_at=0.70),
     "persist 10 min": PolicyConfig(persist_s=600.0),
+    "persist 20 min": PolicyConfig(persist_s=1200.0),
+    "fire from 0.6": PolicyConfig(fire_at=0.6),
+    "quick lane at 0.75": PolicyConfig(quick_at=0.75),
+    "quick lane after 15 min": PolicyConfig(quick_persist_s=900.0),
     "fire from 0.5": PolicyConfig(fire_at=0.5),
     "slow lane after 45 min": PolicyConfig(slow_persist_s=2700.0),
     "no middle lane": PolicyConfig(mid_at=None),
@@ -255,15 +277,18 @@ def main() -> None:
     p.add_argument("action", choices=("cache", "sweep"),
                    help="cache: backtest once and keep risks; sweep: replay policies on them")
     p.add_argument("dir", type=Path, help="where the cached risks live")
-    p.add_argument("--set", dest="which", choices=("validation", "suites", "shaped"),
+    p.add_argument("--set", dest="which", choices=("validation", "suites", "shaped", "later"),
                    default="validation",
-                   help="fresh seeds (choose a policy on these), the seven suites (report) or our "
-                        "generator's fresh seeds with precursors of every shape")
+                   help="fresh seeds of our, the alt and the third generator (choose a policy "
+                        "on these), the seven suites (report), our generator's fresh seeds with "
+                        "precursors of every shape, or fresh seeds of the fourth and fifth "
+                        "generators (later)")
     p.add_argument("--model", default=None, help="skops model path (default: the shipped one)")
     p.add_argument("--jobs", type=int, default=2, help="traces scored at once (cache)")
     p.add_argument("--rounds", type=int, default=1,
-                   help="validation, shaped: rounds of fresh fleets to cache (ten, three; each "
-                        "round the next seeds of each generator); sweep pools whatever is cached")
+                   help="validation, shaped, later: rounds of fresh fleets to cache (ten, three, "
+                        "six; each round the next seeds of each generator); sweep pools whatever "
+                        "is cached")
     p.add_argument("--every", type=float, default=DEFAULT_EVERY_S,
                    help="cache: scoring period in trace seconds (the service scores every 30)")
     p.add_argument("--variant", action="append", default=None,
