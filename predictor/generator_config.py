@@ -88,6 +88,13 @@ class GeneratorConfig:
     """Share of GPUs with a steady, harmless PCIe replay or NVLink CRC rate."""
     slow_node_fraction: float = 0.06
     """Share of nodes that are chronically 4-15% slower but healthy."""
+    slow_nic_fraction: float = 0.0
+    """Share of nodes on a slower NIC, healthy and steady from the first probe (an older NIC
+    generation in a mixed fleet, a port that trained down to a lower rate and stays there): their
+    links probe at one factor of 0.45-0.85, drawn for the fleet. Not scaled by ``confounders``
+    (at 0.5 the fleet is two kinds of node). Off by default, so that a seed's trace and the
+    suites stay what they were, and not in the shipped model's training
+    (``confounders._slow_nics`` says why)."""
     cooling_per_rack_day: float = 0.25
     """Rack cooling events (several nodes warm up together, then recover) per rack-day."""
     stalls_per_day: float = 2.0
@@ -136,12 +143,12 @@ class GeneratorConfig:
                      "driver_reload_per_node_day", "outage_per_node_day", "congestion_per_day",
                      "transient_bursts_per_gpu_day",
                      "benign_sbe_fraction", "benign_link_fraction", "slow_node_fraction",
-                     "clustered_sbe_fraction", "ts_jitter_s"):
+                     "slow_nic_fraction", "clustered_sbe_fraction", "ts_jitter_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"generator.{name}={v} must be >= 0")
         for name in ("drop_rate", "benign_sbe_fraction", "benign_link_fraction",
-                     "slow_node_fraction", "clustered_sbe_fraction"):
+                     "slow_node_fraction", "slow_nic_fraction", "clustered_sbe_fraction"):
             if getattr(self, name) > 1:
                 raise ValueError(f"generator.{name}={getattr(self, name)} must be <= 1")
         if self.failure_count is not None and self.failure_count < 0:

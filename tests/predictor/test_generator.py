@@ -393,3 +393,28 @@ def test_weak_rows_that_err_in_clusters_raise_xid_92_without_growing() -> None:
     others = ~weak.gpu.set_index(["node", "gpu"]).index.isin(flagged.index)
     pd.testing.assert_frame_equal(base.gpu[others].reset_index(drop=True),
                                   weak.gpu[others].reset_index(drop=True))
+
+
+def test_nodes_on_a_slower_nic_probe_slow_from_the_first_round_and_never_move() -> None:
+    # A mixed fleet: some nodes on an older NIC. Every probe that touches one reads the same
+    # fraction of what the fleet would otherwise read, from the first round to the last.
+    quiet = {"failure_count": 0, "congestion_per_day": 0.0}
+    base = generate(GeneratorConfig(seed=5, **SMALL, **quiet)).trace
+    mixed = generate(GeneratorConfig(seed=5, **SMALL, **quiet, slow_nic_fraction=0.5)).trace
+    ratio = (mixed.links["net.link.bandwidth"] / base.links["net.link.bandwidth"]).to_numpy()
+    slow = ratio < 0.95
+    assert 0.2 < slow.mean() < 0.95
+    assert ratio[slow].min() >= 0.45 and ratio[slow].max() <= 0.86
+    assert ratio[slow].std() < 0.01 and np.allclose(ratio[~slow], 1.0, atol=0.01)
+    # Slow exactly where a probe touches a slow node, in the first hour as in the last.
+    ends = mixed.links[["src", "dst"]]
+    always = {n for n in mixed.meta.nodes if slow[(ends == n).any(axis=1).to_numpy()].all()}
+    assert 0 < len(always) < len(mixed.meta.nodes)
+    touches = ends.isin(always).any(axis=1).to_numpy()
+    assert (slow == touches).all()
+    # Drawn apart: the GPUs and everything else are what the seed made them.
+    pd.testing.assert_frame_equal(base.gpu, mixed.gpu)
+    pd.testing.assert_frame_equal(base.links[["ts", "src", "dst"]],
+                                  mixed.links[["ts", "src", "dst"]])
+    with pytest.raises(ValueError, match="slow_nic_fraction"):
+        GeneratorConfig(slow_nic_fraction=1.5)
