@@ -25,6 +25,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -64,37 +65,39 @@ def _ours(seed: int, interval_s: float, **config: object) -> Maker:
         seed=seed, **{**BASE, "interval_s": interval_s, **config}))
 
 
+def _fresh(prefix: str, generate: Callable[..., FleetTrace], seed0: int,
+           shapes: tuple[tuple[float, int], ...], rounds: int) -> dict[str, Maker]:
+    """Two-day fleets of a held-out generator on fresh seeds, one per ``(interval_s, nodes)`` of
+    ``shapes`` a round, named ``prefix-seed``: the first round takes ``seed0`` on, each next one
+    the seeds after it."""
+    n = len(shapes)
+    return {f"{prefix}-{seed0 + n * r + i}": partial(generate, seed=seed0 + n * r + i,
+                                                     nodes=nodes, days=2.0, interval_s=iv)
+            for r in range(rounds) for i, (iv, nodes) in enumerate(shapes)}
+
+
+LATER_SHAPES = ((30.0, 32), (15.0, 48), (60.0, 32))
+"""Intervals and sizes of the fourth and fifth generators' suites and fresh fleets."""
+
+
 def _validation(rounds: int = 1) -> dict[str, Maker]:
     """Fresh seeds of each generator, outside training (1000-1329) and the suites' seeds: ten
     fleets a round (ours 70-72, alt 570-572, third 770-773 in the first; the next round takes
     the seeds after those, at the same intervals and sizes)."""
-    out: dict[str, Maker] = {}
-    for r in range(rounds):
-        for i, iv in enumerate((30.0, 15.0, 60.0)):
-            s = 3 * r + i
-            out[f"ours-{70 + s}"] = _ours(70 + s, iv)
-            out[f"alt-{570 + s}"] = lambda s=s, iv=iv: alt_generator.generate(
-                seed=570 + s, nodes=48, days=2.0, interval_s=iv)
-        for i, iv in enumerate((15.0, 30.0, 60.0, 15.0)):
-            s = 4 * r + i
-            out[f"third-{770 + s}"] = lambda s=s, i=i, iv=iv: third_generator.generate(
-                seed=770 + s, nodes=(32, 48)[i % 2], days=2.0, interval_s=iv)
-    return out
+    ours = {f"ours-{70 + 3 * r + i}": _ours(70 + 3 * r + i, iv)
+            for r in range(rounds) for i, iv in enumerate((30.0, 15.0, 60.0))}
+    alt = _fresh("alt", alt_generator.generate, 570, ((30.0, 48), (15.0, 48), (60.0, 48)), rounds)
+    third = _fresh("third", third_generator.generate, 770,
+                   ((15.0, 32), (30.0, 48), (60.0, 32), (15.0, 48)), rounds)
+    return {**ours, **alt, **third}
 
 
 def _later(rounds: int = 1) -> dict[str, Maker]:
     """Fresh seeds of the fourth and fifth generators, the two written after the policy's lanes
     were chosen: three fleets of each a round (fourth 810-812, fifth 910-912 in the first; the
     suites use 800-805 and 900-905) at the suites' sizes and intervals."""
-    out: dict[str, Maker] = {}
-    for r in range(rounds):
-        for i, iv in enumerate((30.0, 15.0, 60.0)):
-            s, nodes = 3 * r + i, (32, 48)[i % 2]
-            out[f"fourth-{810 + s}"] = lambda s=s, iv=iv, nodes=nodes: fourth_generator.generate(
-                seed=810 + s, nodes=nodes, days=2.0, interval_s=iv)
-            out[f"fifth-{910 + s}"] = lambda s=s, iv=iv, nodes=nodes: fifth_generator.generate(
-                seed=910 + s, nodes=nodes, days=2.0, interval_s=iv)
-    return out
+    return {**_fresh("fourth", fourth_generator.generate, 810, LATER_SHAPES, rounds),
+            **_fresh("fifth", fifth_generator.generate, 910, LATER_SHAPES, rounds)}
 
 
 def _suite_makers() -> dict[str, Maker]:
