@@ -142,6 +142,7 @@ def add_all(state: FleetState, rng: np.random.Generator, config: GeneratorConfig
         per_sample = rng.uniform(config.burst_min_per_min, config.burst_max_per_min) * dt_min
         n, g = int(rng.integers(nodes)), int(rng.integers(gpus))
         state.inc[name][k0:k1, n, g] += rng.poisson(per_sample, k1 - k0)
+    _fading_bursts(state, config, nodes * gpus)
     for _ in range(_count(rng, config.driver_reload_per_node_day * c * nodes, days)):
         k0, k1 = _span(state, rng, 60, 180)
         n = int(rng.integers(nodes))
@@ -153,6 +154,44 @@ def add_all(state: FleetState, rng: np.random.Generator, config: GeneratorConfig
         state.gpu_present[k0:k1, n] = False
         if rng.random() < 0.5:  # the trainer's own export path may survive a DCGM outage
             state.training[k0:k1, n] = False
+
+
+FADING_HIDDEN_AFTER_PEAK_S = 900.0
+"""How long past a fading burst's peak its rows stay out of training: until its fall shows
+(``err_fall_1h`` reads 0 for ten minutes past a peak, about e^0.25 at fifteen)."""
+
+
+def _fading_bursts(state: FleetState, config: GeneratorConfig, gpus: int) -> None:
+    """Error bursts that rise to a peak within their first 10-40% and fade (exponentially,
+    down to 5% of the peak by their end). Their rise is a precursor's for as long as it lasts;
+    what sets them apart is the fall that follows, which flat bursts that stop never show (an
+    alert opened on the fading tail of a burst is a false one). Drawn apart (their own
+    generator), so a fleet without them is the same fleet as before they existed.
+
+    The rise and the first minutes past the peak go to ``state.unlabelled``: read as healthy
+    there, they taught the model of round 29 that fresh error growth is no failure yet, and it
+    warned late of short precursors; only the fall is taught (predictor/ROUNDS.md)."""
+    rate = config.fading_bursts_per_gpu_day * config.confounders * gpus
+    if rate <= 0:
+        return
+    rng = np.random.default_rng([config.seed, 71])
+    _, nodes, per_node = state.inc["gpu.ecc.sbe"].shape
+    for _ in range(_count(rng, rate, config.days)):
+        length = float(np.exp(rng.uniform(np.log(config.fading_min_s),
+                                          np.log(config.fading_max_s))))
+        k0, k1 = _span(state, rng, length, length)
+        rel = (state.t[k0:k1] - state.t[k0]) / length
+        peak_at = rng.uniform(0.1, 0.4)
+        shape = np.where(rel < peak_at, rel / peak_at,
+                         np.exp(np.log(0.05) * (rel - peak_at) / (1.0 - peak_at)))
+        per_sample = rng.uniform(config.burst_min_per_min, config.burst_max_per_min) * (
+            state.interval_s / 60.0)
+        name = str(rng.choice(("gpu.ecc.sbe", "gpu.pcie.replay", "gpu.nvlink.crc_errors")))
+        n, g = int(rng.integers(nodes)), int(rng.integers(per_node))
+        state.inc[name][k0:k1, n, g] += rng.poisson(per_sample * shape)
+        if k1 > k0:  # its rise (and the first minutes of its fall) is a precursor's to the eye
+            t0 = float(state.t[k0])
+            state.unlabelled.append((t0, t0 + peak_at * length + FADING_HIDDEN_AFTER_PEAK_S, n, g))
 
 
 def _phases(state: FleetState, rng: np.random.Generator, config: GeneratorConfig) -> None:

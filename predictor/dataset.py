@@ -5,8 +5,10 @@ positive when that GPU fails within the horizon; a node row, and a link row for 
 points at, when that node has a node or network failure (``gpu`` empty). A GPU's failure does
 not make its node's row positive: ECC and PCIe precursors do not show in node features, and
 such rows, ~10,000 against ~130 failing fans in the training fleets, taught the node model to
-shrug at a node's own heat (predictor/ROUNDS.md). Rows just
-after a failure (the broken part may still report) are left out rather than called healthy.
+shrug at a node's own heat (predictor/ROUNDS.md). Rows just after a failure (the broken part
+may still report) are left out rather than called healthy, and so are a healthy GPU's rows inside
+a window that the trace's ``meta.json`` marks ``unlabelled``: a generated burst while it rises,
+which looks like a precursor by construction and whose end is not known yet.
 Healthy rows vastly outnumber the rest; a random share of them is kept and weighted back up.
 """
 
@@ -86,6 +88,15 @@ def _time_to_failure(t: float, keys: pd.Series, fail_ts: np.ndarray, fail_keys: 
     return ttf, pre_s, since
 
 
+def _hidden(windows: list, t: float, frame: pd.DataFrame) -> np.ndarray:
+    """Rows of ``frame`` (GPU rows at ``t``) inside one of their GPU's unlabelled windows."""
+    live = {(str(node), int(gpu)) for t0, t1, node, gpu in windows if t0 <= t <= t1}
+    if not live:
+        return np.zeros(len(frame), dtype=bool)
+    pairs = zip(frame["node"].astype(str), frame["gpu"].astype(int), strict=True)
+    return np.fromiter((p in live for p in pairs), dtype=bool, count=len(frame))
+
+
 def collect(trace: FleetTrace, rows: dict[str, Rows], *, config: LabelConfig,
             rng: np.random.Generator) -> None:
     """Replay ``trace`` (which must carry failures) and append labelled rows to ``rows``."""
@@ -99,6 +110,10 @@ def collect(trace: FleetTrace, rows: dict[str, Rows], *, config: LabelConfig,
     # Unknown precursor length: assume the whole horizon could show it.
     f_pre = fl["precursor_s"].fillna(config.horizon_s).to_numpy(dtype=np.float64)
     nf = f_gpu < 0
+    hidden = trace.meta.extra.get("unlabelled") or []
+    if not isinstance(hidden, list):
+        raise ValueError(f"meta.json 'unlabelled' must be a list of [t0, t1, node, gpu], "
+                         f"not {type(hidden).__name__}")
     every_s = min(config.every_s, max(15.0 * trace.meta.interval_s, 30.0))
     for feats in replay(trace, every_s=every_s):
         t = feats.t
@@ -119,6 +134,8 @@ def collect(trace: FleetTrace, rows: dict[str, Rows], *, config: LabelConfig,
             y = doomed & (ttf <= pre)
             keep = (since > AFTER_FAILURE_S) & (y | (~doomed & (rng.random(len(y))
                                                                 < config.keep_healthy)))
+            if kind == "gpu" and hidden:  # a failing GPU's rows stay what they are
+                keep &= y | ~_hidden(hidden, t, frame)
             if not keep.any():
                 continue
             r = rows[kind]

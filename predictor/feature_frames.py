@@ -73,6 +73,11 @@ LINK_FEATURES: dict[str, int] = {
 for _kind, _features in (("gpu", GPU_FEATURES), ("node", NODE_FEATURES), ("link", LINK_FEATURES)):
     _features.update({name: direction for name, (_, direction) in SUSTAINED[_kind].items()})
 GPU_FEATURES["err_held_1h"] = 1  # the highest floor any error counter held for the last hour
+del GPU_FEATURES["err_rate_held_15m"]  # not a feature: what err_fall_1h measures a fall to
+# How far the error rate held for 15 minutes has fallen from its highest of the last hour (log, so
+# 0.7 is half): a burst passing (it rose and fades) against a precursor (its rate holds or
+# climbs). Less fall is worse; the peak itself is no evidence either way, only the fall from it.
+GPU_FEATURES["err_fall_1h"] = -1
 FEATURES_BY_KIND: dict[str, dict[str, int]] = {
     "gpu": GPU_FEATURES, "node": NODE_FEATURES, "link": LINK_FEATURES}
 
@@ -166,9 +171,15 @@ def build(engine: FeatureEngine, t: float, *, stale_s: float) -> Features:
         for name in ("slow_link_nodes_besides", "slow_lat_nodes_besides"):
             link[name] = link["node"].map(at[name]).to_numpy(dtype=np.float64)
     node = node.reindex(columns=["node", *NODE_FEATURES])
+    # The highest 5-minute rate of the counters that burst, for how far it fell (err_fall_1h).
+    gpu["err_rate_5m"] = _nanmax(gpu[[f"{c}_rate_5m" for c in RISING_COUNTERS]].to_numpy(
+        dtype=np.float64))
     gpu = engine.sustained.add_to("gpu", gpu, t)
     gpu["err_held_1h"] = _nanmax(gpu[[f"{c}_held_1h" for c in RISING_COUNTERS]].to_numpy(
         dtype=np.float64))
+    gpu = engine.peaks.add_to("gpu", gpu, t)
+    gpu["err_fall_1h"] = gpu.pop("err_rate_peak_1h") - gpu.pop("err_rate_held_15m")
+    del gpu["err_rate_5m"]
     node = engine.sustained.add_to("node", node, t)
     link = engine.sustained.add_to("link", link, t)
     return Features(t=t, gpu=gpu, node=node, link=link, explained=explained)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from collector.fleet_trace import FleetTrace
 from predictor.streams import TAU_NAMES, EventCounts, NodeNames, Stream
-from predictor.sustained import SustainedHistory
+from predictor.sustained import PEAKS, SustainedHistory
 
 COUNTERS: tuple[str, ...] = (
     "gpu.ecc.sbe", "gpu.ecc.dbe", "gpu.rows.remapped.correctable",
@@ -125,6 +125,7 @@ class FeatureEngine:
         self.node_events = EventCounts(len(XID_CLASS_NAMES))
         self._link_dt: float | None = None
         self.sustained = SustainedHistory()
+        self.peaks = SustainedHistory(PEAKS)
         self.fatal: dict[str, tuple[float, int]] = {}
         self.remap_times: dict[tuple[str, int], list[float]] = {}
 

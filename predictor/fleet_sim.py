@@ -73,6 +73,9 @@ class FleetState:
     """Counter resets as (time index, node, gpu), gpu -1 for every GPU of the node."""
     events: list[tuple[float, int, int, int]] = field(default_factory=list)
     """XID events as (ts, node, gpu, code); gpu -1 for node events."""
+    unlabelled: list[tuple[float, float, int, int]] = field(default_factory=list)
+    """(t0, t1, node, gpu): a GPU's windows that look like a precursor by construction (a burst
+    rising to a peak it will fall from): training leaves their rows out (``dataset.collect``)."""
 
     def index(self, ts: float) -> int:
         """The sample index at or after ``ts`` (clipped to the trace)."""

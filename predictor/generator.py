@@ -88,7 +88,7 @@ def generate(config: GeneratorConfig) -> GeneratedTrace:
         meta=TraceMeta(
             start=float(t[0]), end=end, interval_s=config.interval_s,
             nodes=tuple(names), gpus_per_node=config.gpus_per_node,
-            extra={"generator": _config_json(config)},
+            extra={"generator": _config_json(config), **_unlabelled(state, names)},
         ),
         gpu=gpu.sort_values("ts", kind="stable").reset_index(drop=True),
         node=node.sort_values("ts", kind="stable").reset_index(drop=True),
@@ -110,6 +110,15 @@ def _events(state: confounders.FleetState, names: np.ndarray) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=["ts", "node", "gpu", "kind", "code"])
     frame = frame.astype({"ts": "float64", "gpu": "int64", "code": "int64"})
     return frame.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def _unlabelled(state: confounders.FleetState, names: np.ndarray) -> dict[str, object]:
+    """``{"unlabelled": [[t0, t1, node, gpu], ...]}`` when the fleet has such windows (see
+    ``FleetState.unlabelled``), else nothing, so other traces' meta stays as it was."""
+    if not state.unlabelled:
+        return {}
+    return {"unlabelled": [[round(t0, 3), round(t1, 3), str(names[n]), int(g)]
+                           for t0, t1, n, g in state.unlabelled]}
 
 
 def _config_json(config: GeneratorConfig) -> dict[str, object]:

@@ -119,6 +119,13 @@ class GeneratorConfig:
     """Lowest error rate of a burst, per minute (uniform up to ``burst_max_per_min``)."""
     burst_max_per_min: float = 40.0
     """Highest error rate of a burst, per minute."""
+    fading_bursts_per_gpu_day: float = 0.0
+    """Error bursts that rise to a peak and fade over ``fading_min_s``-``fading_max_s`` (a
+    marginal connector that settles, a row that is scrubbed): no failure follows."""
+    fading_min_s: float = 600.0
+    """Shortest fading burst, from its onset to when it has faded (log-uniform lengths)."""
+    fading_max_s: float = 7200.0
+    """Longest fading burst."""
     outage_per_node_day: float = 0.3
     """Telemetry outages (a node's rows missing for minutes) per node-day."""
     drop_rate: float = 0.002
@@ -133,7 +140,8 @@ class GeneratorConfig:
                     "interval_s": self.interval_s, "link_interval_s": self.link_interval_s,
                     "precursor_min_s": self.precursor_min_s, "intensity_min": self.intensity_min,
                     "rack_size": self.rack_size, "burst_min_s": self.burst_min_s,
-                    "burst_min_per_min": self.burst_min_per_min}
+                    "burst_min_per_min": self.burst_min_per_min,
+                    "fading_min_s": self.fading_min_s}
         for name, v in positive.items():
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"generator.{name}={v} must be > 0")
@@ -141,7 +149,7 @@ class GeneratorConfig:
                      "cooling_per_rack_day", "stalls_per_day", "checkpoint_interval_s",
                      "eval_interval_s", "app_xid_per_gpu_day", "benign_remap_per_gpu_day",
                      "driver_reload_per_node_day", "outage_per_node_day", "congestion_per_day",
-                     "transient_bursts_per_gpu_day",
+                     "transient_bursts_per_gpu_day", "fading_bursts_per_gpu_day",
                      "benign_sbe_fraction", "benign_link_fraction", "slow_node_fraction",
                      "slow_nic_fraction", "clustered_sbe_fraction", "ts_jitter_s"):
             v = getattr(self, name)
@@ -159,7 +167,8 @@ class GeneratorConfig:
         if self.intensity_max < self.intensity_min:
             raise ValueError(f"generator.intensity_max={self.intensity_max} must be >= "
                              f"intensity_min={self.intensity_min}")
-        for lo, hi in (("burst_min_s", "burst_max_s"), ("burst_min_per_min", "burst_max_per_min")):
+        for lo, hi in (("burst_min_s", "burst_max_s"), ("burst_min_per_min", "burst_max_per_min"),
+                       ("fading_min_s", "fading_max_s")):
             if not getattr(self, hi) >= getattr(self, lo):
                 raise ValueError(f"generator.{hi}={getattr(self, hi)} must be >= "
                                  f"{lo}={getattr(self, lo)}")

@@ -34,6 +34,7 @@ _LABELS = {
     "err_rise_5m": "{counter} at {x:.3g}x {its} 6-h rate over 5m",
     "err_rise_1h": "{counter} at {x:.3g}x {its} 6-h rate over 1h",
     "err_held_1h": "{counter} above {r:.3g}/h all of the last hour",
+    "err_fall_1h": "15-min error rate {x:.3g}x down from its highest of the last hour",
     "gap_frac_1h": "telemetry gaps {v:.0%} of last hour",
     "stale_intervals": "no sample for {v:.0f} intervals",
     "node_compute_z": "node compute time z={v:.1f} vs job (straggler)",

@@ -29,6 +29,7 @@ SUSTAINED: dict[str, dict[str, tuple[str, int]]] = {
         "clock_dev_held_1h": ("clock_dev", -1),
         "throttle_thermal_held_1h": ("throttle_thermal_5m", 1),
         "err_rise_held_1h": ("err_rise_5m", 1), "err_rise_held_15m": ("err_rise_5m", 1),
+        "err_rate_held_15m": ("err_rate_5m", 1),
     },
     "node": {
         "step_z_held_1h": ("step_z", 1), "compute_z_held_1h": ("compute_z", 1),
@@ -40,7 +41,16 @@ SUSTAINED: dict[str, dict[str, tuple[str, int]]] = {
 }
 """Per entity kind: sustained feature -> (source feature, its direction: +1 more is worse)."""
 
-SHORT_WINDOWS_S: dict[str, float] = {"err_rise_held_15m": 900.0}
+PEAKS: dict[str, dict[str, tuple[str, int]]] = {
+    "gpu": {"err_rate_peak_1h": ("err_rate_held_15m", -1)}, "node": {}, "link": {}}
+"""Ceilings over the hour of sustained features (a second pass, read as "less is worse"
+sources): not features themselves, but what ``err_fall_1h`` measures a fall from. The ceiling of
+the 15-minute floor, not of the 5-minute rate: the highest of a dozen noisy 5-minute readings of a
+plateau stands well above the plateau, the highest of its 15-minute floors does not. Of the
+error *rate*, not of its growth against the 6-h rate: a precursor's rate keeps climbing, but its
+growth falls as its own errors raise the 6-h rate (round 34)."""
+
+SHORT_WINDOWS_S: dict[str, float] = {"err_rise_held_15m": 900.0, "err_rate_held_15m": 900.0}
 """Sustained features held over less than ``WINDOW_S``. Error growth that has held for 15
 minutes: most bursts that pass are over by then (a few minutes in the third generator, 1-30 in
 ours), while a precursor under an hour long needs a warning well before its hour is up (the
@@ -66,12 +76,13 @@ class _Snapshots:
 class SustainedHistory:
     """Snapshots of the source features of ``SUSTAINED``, per entity kind."""
 
-    def __init__(self) -> None:
-        self._kinds: dict[str, _Snapshots] = {k: _Snapshots() for k in SUSTAINED}
+    def __init__(self, specs: dict[str, dict[str, tuple[str, int]]] | None = None) -> None:
+        self.specs = SUSTAINED if specs is None else specs
+        self._kinds: dict[str, _Snapshots] = {k: _Snapshots() for k in self.specs}
 
     def add_to(self, kind: str, frame: pd.DataFrame, t: float) -> pd.DataFrame:
         """``frame`` with its sustained columns filled in; records a snapshot when one is due."""
-        spec = SUSTAINED[kind]
+        spec = self.specs[kind]
         sources = [src for src, _ in spec.values()]
         if not len(frame):
             for name in spec:

@@ -232,7 +232,7 @@ def test_incremental_updates_match_one_batch() -> None:
             break
     a, b = one.features(t).gpu, many.features(t).gpu
     # Held features depend on what was seen when (test_sustained.py covers them).
-    held = {*SUSTAINED["gpu"], "err_held_1h"}
+    held = {*SUSTAINED["gpu"], "err_held_1h", "err_fall_1h"}
     cols = [c for c in GPU_FEATURES if c != "stale_intervals" and c not in held]
     np.testing.assert_allclose(a[cols].to_numpy(dtype=float), b[cols].to_numpy(dtype=float),
                                rtol=1e-6, atol=1e-9)
@@ -246,3 +246,38 @@ def test_rows_already_seen_are_not_counted_twice() -> None:
     twice.update(trace, t)
     twice.update(trace, t)  # the service re-reads an overlapping window every tick
     pd.testing.assert_frame_equal(once.features(t).gpu, twice.features(t).gpu)
+
+
+def _series(trace: FleetTrace, node: str, gpu: int, column: str) -> pd.Series:
+    """``column`` of one GPU at every 5-minute tick, indexed by hours into the trace."""
+    out = {}
+    for feats in replay(trace, every_s=300.0, engine=FeatureEngine(
+            interval_s=trace.meta.interval_s)):
+        g = feats.gpu[(feats.gpu["node"] == node) & (feats.gpu["gpu"] == gpu)]
+        if len(g):
+            out[round((feats.t - T0) / 3600, 2)] = float(g.iloc[0][column])
+    return pd.Series(out)
+
+
+def test_an_error_rate_that_faded_reads_a_fall_and_a_ramp_to_failure_never_does() -> None:
+    # Corrected errors on n002/3 climb from 2 h until it fails at 6 h. Its growth against its
+    # own 6-h rate falls as those errors raise the 6-h rate; its rate never does.
+    ramp = make_trace(Spec(ecc_ramp=("n002", 3, 2.0, 6.0)))
+    rise = _series(ramp, "n002", 3, "err_rise_5m").loc[2.25:5.9]
+    fall = _series(ramp, "n002", 3, "err_fall_1h").loc[2.25:5.9]
+    assert rise.iloc[-1] < rise.max() / 2
+    assert (fall == 0.0).all()
+    # The same fleet with a burst of corrected errors on n000/0 that rose for 10 minutes to
+    # ~30 a minute at 3 h and fades since.
+    trace = make_trace(Spec())
+    g = trace.gpu
+    at = ((g["node"] == "n000") & (g["gpu"] == 0)).to_numpy()
+    rel = (g.loc[at, "ts"].to_numpy() - T0) / 60.0 - 180.0  # minutes from the peak
+    per_min = np.where(rel < -10, 0.0, np.where(rel < 0, 3.0 * (rel + 10), 30.0 * np.exp(
+        -rel / 13.0)))
+    sbe = g["gpu.ecc.sbe"].to_numpy(dtype=float).copy()
+    sbe[at] += np.cumsum(per_min * trace.meta.interval_s / 60.0)
+    faded = dataclasses.replace(trace, gpu=g.assign(**{"gpu.ecc.sbe": sbe}))
+    row = _gpu(_features_at(faded, 3.4), "n000", 0)  # 25 minutes after the peak
+    assert row["err_rise_5m"] > 0.5  # still e^0.5 = 1.6x its 6-h rate (in 1 + errors/h) ...
+    assert row["err_fall_1h"] > 0.7  # ... and 2x down from its peak

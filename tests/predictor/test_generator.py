@@ -274,7 +274,8 @@ def test_counters_only_go_down_by_resetting(confounded: GeneratedTrace) -> None:
     ("nodes", 0), ("interval_s", -1.0), ("failure_rate", -2.0), ("drop_rate", 1.5),
     ("precursor_max_s", 1.0), ("mix", {"meteor": 1.0}), ("mix", {"ecc": 0.0}),
     ("precursor_share", {"ecc": 2.0}), ("ts_jitter_s", 100.0), ("burst_max_s", 10.0),
-    ("burst_min_per_min", 0.0), ("burst_max_per_min", 1.0),
+    ("burst_min_per_min", 0.0), ("burst_max_per_min", 1.0), ("fading_max_s", 60.0),
+    ("fading_bursts_per_gpu_day", -1.0),
     ("precursor_shapes", {"zigzag": 1.0}), ("precursor_shapes", {"ramp": 0.0}),
 ])
 def test_bad_config_names_the_field(field: str, value: object) -> None:
@@ -310,6 +311,31 @@ def test_transient_bursts_follow_their_configured_length_and_rate() -> None:
     # background errors and far below bursts of 5-30 minutes at up to 40 a minute.
     assert _worst_10_min(none.gpu) < _worst_10_min(small.gpu) <= 30
     assert _worst_10_min(heavy.gpu) >= 60
+
+
+def test_fading_bursts_rise_then_fade_and_leave_the_fleet_otherwise_as_it_was() -> None:
+    quiet = {"benign_sbe_fraction": 0.0, "benign_link_fraction": 0.0,
+             "driver_reload_per_node_day": 0.0, "fading_min_s": 3600.0, "fading_max_s": 3600.0}
+    plain = generate(GeneratorConfig(seed=8, **SMALL, **quiet)).trace
+    fading = generate(GeneratorConfig(seed=8, **SMALL, **quiet,
+                                      fading_bursts_per_gpu_day=0.5)).trace
+    # Drawn apart: the same failures, the same temperatures; only error counters differ.
+    assert plain.failures is not None and fading.failures is not None
+    pd.testing.assert_frame_equal(plain.failures, fading.failures)
+    np.testing.assert_array_equal(plain.gpu["gpu.temperature"], fading.gpu["gpu.temperature"])
+    errors = ["gpu.ecc.sbe", "gpu.pcie.replay", "gpu.nvlink.crc_errors"]
+    extra = fading.gpu[errors].sum(axis=1) - plain.gpu[errors].sum(axis=1)
+    assert (extra >= 0).all()
+    # The busiest GPU's hour-long burst: ten-minute gains that climb to a peak and then fall,
+    # to under a third of it by the end.
+    gained = fading.gpu.assign(extra=extra, q=(fading.gpu["ts"] // 600).astype(int))
+    worst = gained.groupby(["node", "gpu"])["extra"].max().idxmax()
+    q = gained[(gained["node"] == worst[0]) & (gained["gpu"] == worst[1])].groupby("q")["extra"]
+    gains = (q.max() - q.min()).to_numpy()
+    gains = gains[gains > 0]
+    peak = int(np.argmax(gains))
+    assert gains[peak] >= 20
+    assert 0 < peak < len(gains) - 1 and gains[-1] < gains[peak] / 3
 
 
 def test_some_chronically_slow_nodes_run_under_a_lower_power_limit() -> None:

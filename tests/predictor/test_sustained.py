@@ -1,7 +1,7 @@
 import numpy as np
 import pandas as pd
 
-from predictor.sustained import SNAPSHOT_S, WINDOW_S, SustainedHistory
+from predictor.sustained import PEAKS, SNAPSHOT_S, WINDOW_S, SustainedHistory
 
 T0 = 1.7e9
 
@@ -10,7 +10,8 @@ def _gpu_frame(pcie: float, clock_dev: float = 0.0) -> pd.DataFrame:
     row = {"node": ["n0", "n1"], "gpu": [0, 0], "sbe_rate_5m": [0.0, 0.0],
            "pcie_rate_5m": [pcie, 0.0], "nvlink_rate_5m": [0.0, 0.0], "temp_dev": [0.0, np.nan],
            "clock_dev": [clock_dev, 0.0],
-           "throttle_thermal_5m": [0.0, 0.0], "err_rise_5m": [pcie / 2, 0.0]}
+           "throttle_thermal_5m": [0.0, 0.0], "err_rise_5m": [pcie / 2, 0.0],
+           "err_rate_5m": [pcie, 0.0]}
     return pd.DataFrame(row)
 
 
@@ -72,3 +73,16 @@ def test_error_growth_held_for_15_minutes_outlasts_a_burst_and_needs_no_hour() -
     # A history of 5 minutes claims nothing; 10 minutes of snapshots (15 of signal) does.
     assert _run([7.0] * 2).loc[0, "err_rise_held_15m"] == 0.0
     assert _run([7.0] * 3).loc[0, "err_rise_held_15m"] == 3.5
+
+
+def test_the_peak_of_a_held_error_rate_forgets_after_an_hour() -> None:
+    # A second pass over ``PEAKS``: the ceiling over the hour of the 15-minute floor.
+    history, peaks = SustainedHistory(), SustainedHistory(PEAKS)
+    out = None
+    for i, v in enumerate([0.0] * 4 + [8.0] * 4 + [2.0] * 14):
+        out = peaks.add_to("gpu", history.add_to("gpu", _gpu_frame(v), T0 + i * SNAPSHOT_S),
+                           T0 + i * SNAPSHOT_S)
+        if i == 9:  # held at 8 for 15 minutes, now falling
+            assert out.loc[0, "err_rate_peak_1h"] == 8.0
+            assert out.loc[0, "err_rate_held_15m"] == 2.0
+    assert out is not None and out.loc[0, "err_rate_peak_1h"] == 2.0
