@@ -95,9 +95,10 @@ def training_configs(count: int, *, seed: int = 0, seed_base: int = TRAIN_SEED_B
             # model must learn that a short burst, XID 92 and all, is not a failing GPU.
             transient_bursts_per_gpu_day=float(rng.choice([0.0, 0.01, 0.03, 0.06])),
             burst_min_s=60.0,
-            # Bursts that rise and fade over 10 minutes to 2 hours: error growth held for a
-            # quarter of an hour is not enough by itself; a rate that has fallen from its peak
-            # is a burst passing (round 29). Set by position, so the draws above stay as they were.
+            # Bursts that rise and fade over 10 minutes to 2 hours: a rate that has fallen from
+            # its peak is a burst passing. Only the fall is taught: their rise and first 15
+            # minutes past the peak are left out (``FleetState.unlabelled``; rounds 29 and 34).
+            # Set by position, so the draws above stay as they were.
             fading_bursts_per_gpu_day=(0.0, 0.01, 0.02, 0.04)[(i + 1) % 4],
             # Rows remapped on healthy GPUs (a few corrected errors, XID 63, then nothing), as
             # often as failing ones remap or several times more.
