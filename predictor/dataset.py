@@ -88,9 +88,29 @@ def _time_to_failure(t: float, keys: pd.Series, fail_ts: np.ndarray, fail_keys: 
     return ttf, pre_s, since
 
 
-def _hidden(windows: list, t: float, frame: pd.DataFrame) -> np.ndarray:
+Window = tuple[float, float, str, int]
+
+
+def _windows(raw: object) -> list[Window]:
+    """meta.json's ``unlabelled`` as ``(t0, t1, node, gpu)`` windows; malformed ones refused."""
+    if raw is None:
+        return []
+    shape = "a list of [t0, t1, node, gpu] (seconds, seconds, node name, GPU index)"
+    if not isinstance(raw, list):
+        raise ValueError(f"meta.json 'unlabelled' must be {shape}, not {type(raw).__name__}")
+    out = []
+    for i, w in enumerate(raw):
+        try:
+            t0, t1, node, gpu = w
+            out.append((float(t0), float(t1), str(node), int(gpu)))
+        except (TypeError, ValueError):
+            raise ValueError(f"meta.json 'unlabelled'[{i}] = {w!r}: must be {shape}") from None
+    return out
+
+
+def _hidden(windows: list[Window], t: float, frame: pd.DataFrame) -> np.ndarray:
     """Rows of ``frame`` (GPU rows at ``t``) inside one of their GPU's unlabelled windows."""
-    live = {(str(node), int(gpu)) for t0, t1, node, gpu in windows if t0 <= t <= t1}
+    live = {(node, gpu) for t0, t1, node, gpu in windows if t0 <= t <= t1}
     if not live:
         return np.zeros(len(frame), dtype=bool)
     pairs = zip(frame["node"].astype(str), frame["gpu"].astype(int), strict=True)
@@ -110,10 +130,7 @@ def collect(trace: FleetTrace, rows: dict[str, Rows], *, config: LabelConfig,
     # Unknown precursor length: assume the whole horizon could show it.
     f_pre = fl["precursor_s"].fillna(config.horizon_s).to_numpy(dtype=np.float64)
     nf = f_gpu < 0
-    hidden = trace.meta.extra.get("unlabelled") or []
-    if not isinstance(hidden, list):
-        raise ValueError(f"meta.json 'unlabelled' must be a list of [t0, t1, node, gpu], "
-                         f"not {type(hidden).__name__}")
+    hidden = _windows(trace.meta.extra.get("unlabelled"))
     every_s = min(config.every_s, max(15.0 * trace.meta.interval_s, 30.0))
     for feats in replay(trace, every_s=every_s):
         t = feats.t

@@ -58,9 +58,12 @@ def test_a_trace_without_bursts_marks_no_window() -> None:
     assert "unlabelled" not in trace.meta.extra
 
 
-def test_malformed_unlabelled_windows_are_refused_by_name() -> None:
+@pytest.mark.parametrize("windows, named", [
+    ("rise", "not str"), ([[1.0, 2.0, "node000"]], r"\[0\]"), ([[1.0, "soon", "n", 0]], r"\[0\]"),
+])
+def test_malformed_unlabelled_windows_are_refused_by_name(windows: object, named: str) -> None:
     trace = generate_trace(dataclasses.replace(FADING, days=0.1))
     bad = dataclasses.replace(trace, meta=dataclasses.replace(
-        trace.meta, extra={**trace.meta.extra, "unlabelled": "rise"}))
-    with pytest.raises(ValueError, match="unlabelled"):
+        trace.meta, extra={**trace.meta.extra, "unlabelled": windows}))
+    with pytest.raises(ValueError, match=f"unlabelled'{named}|unlabelled' must be .*{named}"):
         _rows(bad)
