@@ -65,6 +65,13 @@ def _ours(seed: int, interval_s: float, **config: object) -> Maker:
         seed=seed, **{**BASE, "interval_s": interval_s, **config}))
 
 
+def _ours_fresh(prefix: str, seed0: int, rounds: int, **config: object) -> dict[str, Maker]:
+    """Our generator on fresh seeds, three fleets a round at 30, 15 and 60 s, named
+    ``prefix-seed``: the first round takes ``seed0`` on, each next one the seeds after it."""
+    return {f"{prefix}-{seed0 + 3 * r + i}": _ours(seed0 + 3 * r + i, iv, **config)
+            for r in range(rounds) for i, iv in enumerate((30.0, 15.0, 60.0))}
+
+
 def _fresh(prefix: str, generate: Callable[..., FleetTrace], seed0: int,
            shapes: tuple[tuple[float, int], ...], rounds: int) -> dict[str, Maker]:
     """Two-day fleets of a held-out generator on fresh seeds, one per ``(interval_s, nodes)`` of
@@ -84,8 +91,7 @@ def _validation(rounds: int = 1) -> dict[str, Maker]:
     """Fresh seeds of each generator, outside training (1000-1329) and the suites' seeds: ten
     fleets a round (ours 70-72, alt 570-572, third 770-773 in the first; the next round takes
     the seeds after those, at the same intervals and sizes)."""
-    ours = {f"ours-{70 + 3 * r + i}": _ours(70 + 3 * r + i, iv)
-            for r in range(rounds) for i, iv in enumerate((30.0, 15.0, 60.0))}
+    ours = _ours_fresh("ours", 70, rounds)
     alt = _fresh("alt", alt_generator.generate, 570, ((30.0, 48), (15.0, 48), (60.0, 48)), rounds)
     third = _fresh("third", third_generator.generate, 770,
                    ((15.0, 32), (30.0, 48), (60.0, 32), (15.0, 48)), rounds)
@@ -115,8 +121,7 @@ SHAPED = {shape: 1.0 for shape in PRECURSOR_SHAPES}
 def _shaped(rounds: int = 1) -> dict[str, Maker]:
     """Our generator's fresh seeds (90 on, three a round at 30, 15 and 60 s), each precursor
     in any of ``PRECURSOR_SHAPES`` with equal odds."""
-    return {f"shaped-{90 + 3 * r + i}": _ours(90 + 3 * r + i, iv, precursor_shapes=SHAPED)
-            for r in range(rounds) for i, iv in enumerate((30.0, 15.0, 60.0))}
+    return _ours_fresh("shaped", 90, rounds, precursor_shapes=SHAPED)
 
 
 def _makers(which: str, rounds: int = 1) -> dict[str, Maker]:

@@ -73,7 +73,6 @@ LINK_FEATURES: dict[str, int] = {
 for _kind, _features in (("gpu", GPU_FEATURES), ("node", NODE_FEATURES), ("link", LINK_FEATURES)):
     _features.update({name: direction for name, (_, direction) in SUSTAINED[_kind].items()})
 GPU_FEATURES["err_held_1h"] = 1  # the highest floor any error counter held for the last hour
-del GPU_FEATURES["err_rate_held_15m"]  # not a feature: what err_fall_1h measures a fall to
 # How far the error rate held for 15 minutes has fallen from its highest of the last hour (log, so
 # 0.7 is half): a burst passing (it rose and fades) against a precursor (its rate holds or
 # climbs). Less fall is worse; the peak itself is no evidence either way, only the fall from it.

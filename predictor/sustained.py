@@ -29,7 +29,6 @@ SUSTAINED: dict[str, dict[str, tuple[str, int]]] = {
         "clock_dev_held_1h": ("clock_dev", -1),
         "throttle_thermal_held_1h": ("throttle_thermal_5m", 1),
         "err_rise_held_1h": ("err_rise_5m", 1), "err_rise_held_15m": ("err_rise_5m", 1),
-        "err_rate_held_15m": ("err_rate_5m", 1),
     },
     "node": {
         "step_z_held_1h": ("step_z", 1), "compute_z_held_1h": ("compute_z", 1),
@@ -40,6 +39,11 @@ SUSTAINED: dict[str, dict[str, tuple[str, int]]] = {
     "link": {"bw_z_held_1h": ("bw_z", -1), "lat_z_held_1h": ("lat_z", 1)},
 }
 """Per entity kind: sustained feature -> (source feature, its direction: +1 more is worse)."""
+
+STEPS: dict[str, dict[str, tuple[str, int]]] = {
+    "gpu": {"err_rate_held_15m": ("err_rate_5m", 1)}, "node": {}, "link": {}}
+"""Floors held in the same pass as ``SUSTAINED`` but not features themselves: what ``PEAKS``
+reads, and what ``err_fall_1h`` measures a fall to."""
 
 PEAKS: dict[str, dict[str, tuple[str, int]]] = {
     "gpu": {"err_rate_peak_1h": ("err_rate_held_15m", -1)}, "node": {}, "link": {}}
@@ -74,10 +78,12 @@ class _Snapshots:
 
 
 class SustainedHistory:
-    """Snapshots of the source features of ``SUSTAINED``, per entity kind."""
+    """Snapshots of the source features of ``specs`` (``SUSTAINED`` and ``STEPS`` unless given),
+    per entity kind."""
 
     def __init__(self, specs: dict[str, dict[str, tuple[str, int]]] | None = None) -> None:
-        self.specs = SUSTAINED if specs is None else specs
+        self.specs = specs if specs is not None else {
+            kind: {**SUSTAINED[kind], **STEPS[kind]} for kind in SUSTAINED}
         self._kinds: dict[str, _Snapshots] = {k: _Snapshots() for k in self.specs}
 
     def add_to(self, kind: str, frame: pd.DataFrame, t: float) -> pd.DataFrame:
