@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
     if not cached:
         raise SystemExit(f"no fourth-generator fleets under {a.dir}/later: run "
                          f"`policy_sweep.py cache {a.dir} --set later` first")
-    makers = _later(rounds=max(int(n.rsplit("-", 1)[1]) - 810 for n in cached) // 3 + 1)
+    # Each round adds a fleet of each shape: as many rounds as fleets cached reach all of them.
+    makers = _later(rounds=len(cached))
     fleets = {n: (*cached[n], drawn_episodes(makers[n])) for n in sorted(cached)}
     table = pd.concat([classify(tr, rows, drawn).assign(fleet=n)
                        for n, (tr, rows, drawn) in fleets.items()], ignore_index=True)
