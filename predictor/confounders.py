@@ -75,6 +75,10 @@ def _slow_nics(state: FleetState, config: GeneratorConfig) -> None:
     state.link_factor[:, chosen] *= rng.uniform(0.45, 0.85)
 
 
+BURST_COUNTERS: tuple[str, ...] = ("gpu.ecc.sbe", "gpu.pcie.replay", "gpu.nvlink.crc_errors")
+"""The corrected-error counters a burst that passes (flat or fading) may run on."""
+
+
 def add_all(state: FleetState, rng: np.random.Generator, config: GeneratorConfig) -> None:
     """Every confounder of the config into ``state`` (before failures are simulated)."""
     c = config.confounders
@@ -138,7 +142,7 @@ def add_all(state: FleetState, rng: np.random.Generator, config: GeneratorConfig
     for _ in range(_count(rng, config.transient_bursts_per_gpu_day * c * nodes * gpus, days)):
         # A burst of errors that stops by itself (a reseated cable, a scrubbed row): no failure.
         k0, k1 = _span(state, rng, config.burst_min_s, config.burst_max_s)
-        name = str(rng.choice(("gpu.ecc.sbe", "gpu.pcie.replay", "gpu.nvlink.crc_errors")))
+        name = str(rng.choice(BURST_COUNTERS))
         per_sample = rng.uniform(config.burst_min_per_min, config.burst_max_per_min) * dt_min
         n, g = int(rng.integers(nodes)), int(rng.integers(gpus))
         state.inc[name][k0:k1, n, g] += rng.poisson(per_sample, k1 - k0)
@@ -186,7 +190,7 @@ def _fading_bursts(state: FleetState, config: GeneratorConfig, gpus: int) -> Non
                          np.exp(np.log(0.05) * (rel - peak_at) / (1.0 - peak_at)))
         per_sample = rng.uniform(config.burst_min_per_min, config.burst_max_per_min) * (
             state.interval_s / 60.0)
-        name = str(rng.choice(("gpu.ecc.sbe", "gpu.pcie.replay", "gpu.nvlink.crc_errors")))
+        name = str(rng.choice(BURST_COUNTERS))
         n, g = int(rng.integers(nodes)), int(rng.integers(per_node))
         state.inc[name][k0:k1, n, g] += rng.poisson(per_sample * shape)
         if k1 > k0:  # its rise (and the first minutes of its fall) is a precursor's to the eye
