@@ -36,12 +36,12 @@ import numpy as np
 import pandas as pd
 
 from collector.fleet_trace import FleetTrace
-from predictor.evaluate import outcomes, summarize
+from predictor.evaluate import outcomes
 from predictor.hysteresis import PolicyConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fourth_generator as fg
-from policy_sweep import _later, alerts_for, load_cached
+from policy_sweep import _later, alerts_for, figures, load_cached
 
 ERROR_CHANNELS = ("ecc", "pcie", "nvlink")
 VISIBLE = 0.05
@@ -151,16 +151,9 @@ def held(rows: pd.DataFrame, drawn: Iterable[Drawn], *, for_s: float | None) -> 
     return out.assign(risk=risk)
 
 
-def figures(loaded: list[tuple[FleetTrace, pd.DataFrame]]) -> str:
-    tot = dict.fromkeys(("c", "p", "t", "f"), 0)
-    for trace, rows in loaded:
-        rep = summarize(outcomes(trace, alerts_for(rows, PolicyConfig())), alerts=0)
-        tot["c"] += rep.caught_with_precursor
-        tot["p"] += rep.failures_with_precursor
-        tot["t"] += rep.true_episodes
-        tot["f"] += rep.false_episodes
-    precision = tot["t"] / max(1, tot["t"] + tot["f"])
-    return f"{tot['c']}/{tot['p']} {precision:.2f}, {tot['f']} false episodes"
+def pooled(fleets: dict[str, tuple[FleetTrace, pd.DataFrame]]) -> str:
+    """``policy_sweep``'s pooled line for these fleets under the default policy."""
+    return figures(fleets, PolicyConfig())["pooled"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -182,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
                        for n, (tr, rows, drawn) in fleets.items()], ignore_index=True)
     pd.set_option("display.width", 160)
     print(f"{len(fleets)} fleets of the fourth generator, default policy: "
-          f"{figures([(tr, rows) for tr, rows, _ in fleets.values()])}\n")
+          f"{pooled({n: (tr, rows) for n, (tr, rows, _) in fleets.items()})}\n")
     print("false episodes by what the generator drew on the node (first alert's kind)")
     print(table.groupby(["cls", "channel", "kind"]).size().rename("episodes").to_string())
     print("\nmedians at the first alert")
@@ -190,15 +183,17 @@ def main(argv: list[str] | None = None) -> None:
           .to_string())
     errors = {n: [d for d in drawn if d.channel in ERROR_CHANNELS]
               for n, (_, _, drawn) in fleets.items()}
-    print("\noracles, replayed on the cached risks: recall (precursor), precision, false episodes")
+    print("\noracles, replayed on the cached risks: recall (precursor) / precision / false per "
+          "1,000 node-days (median lead; false episodes)")
     for minutes in a.ages:
-        line = figures([(tr, held(rows, errors[n], for_s=60 * minutes))
-                        for n, (tr, rows, _) in fleets.items()])
+        line = pooled({n: (tr, held(rows, errors[n], for_s=60 * minutes))
+                       for n, (tr, rows, _) in fleets.items()})
         print(f"  every error episode's GPU held for its first {minutes:g} min: {line}")
     for label, classes in (("every burst", {"burst"}), ("every burst and healing", {"burst",
                                                                                     "heal"})):
-        line = figures([(tr, held(rows, [d for d in errors[n] if d.cls in classes], for_s=None))
-                        for n, (tr, rows, _) in fleets.items()])
+        line = pooled({n: (tr, held(rows, [d for d in errors[n] if d.cls in classes],
+                                    for_s=None))
+                       for n, (tr, rows, _) in fleets.items()})
         print(f"  {label}'s GPU held throughout: {line}")
 
 
