@@ -152,6 +152,11 @@ def _cache_one(args: tuple[str, int, str, Path, str | None, float]) -> str:
     return f"{name}: {len(rows)} rows"
 
 
+def _generator(name: str) -> str:
+    """The generator (or suite) part of a trace named ``<generator>-<seed>``."""
+    return name.rsplit("-", 1)[0]
+
+
 def selected(names: list[str], only: list[str] | None) -> list[str]:
     """The trace names that start with one of ``only`` (all of them for None), in order; a
     prefix that names none of them is an error that lists what there is."""
@@ -159,7 +164,7 @@ def selected(names: list[str], only: list[str] | None) -> list[str]:
         return names
     stray = [p for p in only if not any(n.startswith(p) for n in names)]
     if stray:
-        groups = sorted({n.rsplit("-", 1)[0] for n in names})
+        groups = sorted({_generator(n) for n in names})
         raise SystemExit(f"--only {stray[0]!r} names no trace of this set; its traces are "
                          f"{', '.join(groups)} (each -0, -1, ...)")
     return [n for n in names if n.startswith(tuple(only))]
@@ -248,7 +253,7 @@ def load_cached(base: Path, which: str) -> dict[str, tuple[FleetTrace, pd.DataFr
 def figures(loaded: dict[str, tuple[FleetTrace, pd.DataFrame]], config: PolicyConfig
             ) -> dict[str, str]:
     """One line of figures per generator (traces named ``<generator>-<seed>``), then pooled."""
-    groups = sorted({n.rsplit("-", 1)[0] for n in loaded})
+    groups = sorted({_generator(n) for n in loaded})
     out: dict[str, str] = {}
     pooled: dict[str, float] = dict.fromkeys(("c", "p", "t", "f", "nd"), 0.0)
     pooled_leads: list[float] = []
@@ -258,7 +263,7 @@ def figures(loaded: dict[str, tuple[FleetTrace, pd.DataFrame]], config: PolicyCo
         leads: list[float] = []
         bands: Counter[str] = Counter()
         for name, (trace, rows) in loaded.items():
-            if name.rsplit("-", 1)[0] != g:
+            if _generator(name) != g:
                 continue
             alerts = alerts_for(rows, config)
             rep, caught_leads = scored(trace, alerts)
