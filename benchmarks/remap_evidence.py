@@ -23,7 +23,7 @@ from predictor.evaluate import HORIZON_S
 from predictor.features import REMAP_REPEAT_S, REMAP_REPEATS, REMAP_XIDS
 
 sys.path.insert(0, str(Path(__file__).parent))
-from policy_sweep import _makers  # the same fleets the sweep caches
+from policy_sweep import _generator, _makers  # the same fleets the sweep caches
 
 
 def first_repeats(events: pd.DataFrame, codes: set[int], least: int,
@@ -65,7 +65,7 @@ def main() -> None:
             hit = f[(f["node"] == node) & (f["gpu"] == gpu) & (f["ts"] >= t)
                     & (f["ts"] <= t + HORIZON_S)]
             left = (float(hit["ts"].min()) - t) / 60 if len(hit) else np.nan
-            rows.append((name.rsplit("-", 1)[0], left))
+            rows.append((_generator(name), left))
         print(f"{name}: {len(rows)} so far", file=sys.stderr, flush=True)
     df = pd.DataFrame(rows, columns=["generator", "minutes_left"])
     print(f"GPUs with {a.least}+ of XID {sorted(codes)} within {a.window:.0f} s, "
