@@ -190,7 +190,10 @@ def _load(path: Path) -> tuple[FleetTrace, pd.DataFrame]:
                                       gpus_per_node=meta["gpus_per_node"]),
                        gpu=empty, node=empty, links=empty, events=empty,
                        failures=pd.read_csv(path / "failures.csv"))
-    rows = pd.read_csv(path / "risks.csv.gz", keep_default_na=False, dtype={"peer": str})
+    # lead_s is read as text and converted once: read in chunks, a column empty on its first
+    # rows and numbers later would warn of mixed types.
+    rows = pd.read_csv(path / "risks.csv.gz", keep_default_na=False,
+                       dtype={"peer": str, "lead_s": str})
     # Empty where there is no estimate (kept as "" by keep_default_na); absent from risks cached
     # before the timeline carried it.
     rows["lead_s"] = pd.to_numeric(rows["lead_s"], errors="coerce") if "lead_s" in rows else np.nan
