@@ -89,6 +89,10 @@ def test_cli_backtest_fire_at_trades_lead_for_fewer_alerts(tmp_path: Path, cli: 
     res = CliRunner().invoke(cli, ["backtest", str(root), "--alerts-out", str(tmp_path / "x.csv"),
                                    "--fire-at", "1.5"])
     assert res.exit_code != 0 and "--fire-at" in res.output
+    res = CliRunner().invoke(cli, ["backtest", str(root), "--alerts-out", str(tmp_path / "x.csv"),
+                                   "--every", "0"])
+    assert res.exit_code != 0 and "'--every'" in res.output and "> 0 seconds" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "x.csv").exists()
 
 
 def test_cli_model_fit_average_then_backtest_with_it(tmp_path: Path, cli: typer.Typer) -> None:
