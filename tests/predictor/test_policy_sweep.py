@@ -4,9 +4,13 @@ numbers without a warning."""
 
 from __future__ import annotations
 
+import json
 import sys
+import warnings
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -30,13 +34,7 @@ def test_only_with_a_prefix_that_names_no_trace_lists_the_suites() -> None:
 def test_a_cache_whose_lead_estimates_start_empty_loads_them_as_numbers(tmp_path: Path) -> None:
     # A long fleet's first hours have no lead estimate (no risk above 0.2 yet): pandas reads big
     # files in chunks, and a column empty in one chunk and numeric in the next warned of mixed
-    # types on every cached trace of 60-s ticks.
-    import json
-    import warnings
-
-    import numpy as np
-    import pandas as pd
-
+    # types on the 60-s caches of round 37.
     n = 300_000
     lead = np.full(n, np.nan)
     lead[n // 2:] = 5400.0
