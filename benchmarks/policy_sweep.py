@@ -332,6 +332,8 @@ def main() -> None:
     p.add_argument("--variant", action="append", default=None,
                    help="policy variant to sweep, by name (repeatable; default: all)")
     a = p.parse_args()
+    if a.every <= 0:  # else every worker fails on it, one traceback per trace
+        p.error(f"--every must be > 0 seconds, got {a.every:g}")
     if a.action == "cache":
         cache(a.dir, a.which, a.model, a.jobs, a.rounds, a.every, a.only)
     else:

@@ -31,6 +31,17 @@ def test_only_with_a_prefix_that_names_no_trace_lists_the_suites() -> None:
         ps.selected(list(ps._makers("suites")), ["unseen seeds"])
 
 
+def test_a_scoring_period_of_zero_is_refused_before_any_trace_is_scored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "argv", ["policy_sweep.py", "cache", str(tmp_path), "--every", "0"])
+    with pytest.raises(SystemExit) as exc:
+        ps.main()
+    assert exc.value.code == 2
+    assert "--every must be > 0 seconds, got 0" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing cached
+
+
 def test_a_cache_whose_lead_estimates_start_empty_loads_them_as_numbers(tmp_path: Path) -> None:
     # A long fleet's first hours have no lead estimate (no risk above 0.2 yet): pandas reads big
     # files in chunks, and a column empty in one chunk and numeric in the next warned of mixed
