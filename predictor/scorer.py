@@ -88,6 +88,10 @@ class Scorer:
         silent = {} if rules else {n: a for n, a in feats.silent.items() if n not in failed}
         # Nor are a node's links held against it where they are slow only towards a worse peer.
         node_frame, link_frame = (feats.node, feats.link) if rules else explain_away(feats)
+        # Nor read on links a few percent off the fleet's (the rules never did).
+        if not rules:
+            node_frame = link_dead_zone(node_frame, LINK_Z_COLUMNS["node"])
+            link_frame = link_dead_zone(link_frame, LINK_Z_COLUMNS["link"])
         parts = []
         for kind, frame in (("gpu", feats.gpu), ("node", node_frame), ("link", link_frame)):
             if not len(frame):
@@ -128,6 +132,41 @@ LINK_NODE_COLUMNS: dict[str, str] = {"node_bw_med_z": "link_bw_med_z",
                                      "node_bw_trend_med_z": "link_bw_trend_med_z",
                                      "node_lat_med_z": "link_lat_med_z"}
 """Link features that carry the node aggregate of the endpoint the link is blamed on."""
+
+
+LINK_DEAD_ZONE_Z = 1.0
+"""Link z (bandwidth and latency against the fleet's, their trends, their held floors and the
+node aggregates made of them) within this of zero are read as zero when scored. Bandwidth z has a
+floor of 0.05 on its log scale, so 1 z is about 5%: in our generator links of healthy nodes read
+within a fraction of that, and the models learned that a node 3% slower for an hour is a NIC
+giving way. The fifth generator draws each pair of nodes its own speed, 90-96% of the slower
+NIC's, and a node whose pairs drew low reads 3-4% slow for the whole trace: with a straggler's
+step time as well, the node model read one at 0.79-0.89 and kept it in alert for 45 hours (round
+38). A NIC trained down to a lower speed reads 10-50% slow, far outside; one that drifts by less
+than 5% is read once it drifts further."""
+
+LINK_Z_COLUMNS: dict[str, tuple[str, ...]] = {
+    "node": tuple(c for c in NODE_FEATURES if c.startswith(("link_bw_", "link_lat_"))),
+    "link": tuple(c for c in LINK_FEATURES
+                  if c.startswith(("bw_", "lat_", "node_bw_", "node_lat_", "peer_bw_"))),
+}
+"""The columns ``link_dead_zone`` reads, per frame."""
+
+
+def link_dead_zone(frame: pd.DataFrame, columns: tuple[str, ...],
+                   width: float = LINK_DEAD_ZONE_Z) -> pd.DataFrame:
+    """``frame`` (a copy, where anything changes) with each of ``columns`` within ``width`` of
+    zero set to zero (``LINK_DEAD_ZONE_Z``); NaN stays unknown."""
+    cols = [c for c in columns if c in frame.columns]
+    if not len(frame) or not cols:
+        return frame
+    values = frame[cols].to_numpy(dtype=np.float64)
+    small = np.abs(values) < width
+    if not small.any():
+        return frame
+    frame = frame.copy()
+    frame[cols] = np.where(small, 0.0, values)
+    return frame
 
 
 def explain_away(feats: Features) -> tuple[pd.DataFrame, pd.DataFrame]:
