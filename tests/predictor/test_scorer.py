@@ -10,7 +10,7 @@ import pytest
 
 from predictor import scorer as scorer_module
 from predictor.backtest import run
-from predictor.features import FeatureEngine
+from predictor.features import FeatureEngine, Features
 from predictor.hysteresis import AlertPolicy, PolicyConfig
 from predictor.model import RiskModel
 from predictor.scorer import RISK_COLUMNS, Scorer
@@ -320,7 +320,7 @@ STRAGGLER_ON_SLOWISH_LINKS = {
     "link_bw_med_z_held_1h": -0.65, "link_lat_med_z_held_1h": 0.51, "node_temp_dev_held_1h": 0.8}
 
 
-def _node_risk(feats, node: str, values: dict[str, float]) -> float:
+def _node_risk(feats: Features, node: str, values: dict[str, float]) -> float:
     frame = feats.node.copy()
     for col, v in values.items():
         frame.loc[frame["node"] == node, col] = v
