@@ -126,7 +126,7 @@ def _nanmax(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _dead_zone(x: np.ndarray, width: float) -> np.ndarray:
+def dead_zone(x: np.ndarray, width: float) -> np.ndarray:
     """``x`` with values within ``width`` of zero set to zero, so that no tree splits on the
     noise floor of one generator (one rounds clocks to 15 MHz, another adds 8 MHz of jitter)."""
     return np.where(np.abs(x) < width, 0.0, x)
@@ -294,9 +294,9 @@ def _gpu_frame(engine: FeatureEngine, t: float, stale_s: float, nominal: float,
     f["temp_trend_dev"] = (temp5 - temp6) - group_median(temp5 - temp6, codes)
     with np.errstate(invalid="ignore", divide="ignore"):
         clk5, clk6 = m[:, 0, CLOCK], m[:, 2, CLOCK]
-        f["clock_dev"] = _dead_zone(clk5 / group_median(clk5, codes) - 1.0, CLOCK_RESOLUTION)
+        f["clock_dev"] = dead_zone(clk5 / group_median(clk5, codes) - 1.0, CLOCK_RESOLUTION)
         trend = clk5 / clk6 - 1.0
-        f["clock_trend_dev"] = _dead_zone(trend - group_median(trend, codes), CLOCK_RESOLUTION)
+        f["clock_trend_dev"] = dead_zone(trend - group_median(trend, codes), CLOCK_RESOLUTION)
     f["throttle_thermal_5m"] = m[:, 0, THR_T]
     f["throttle_thermal_1h"] = m[:, 1, THR_T]
     f["throttle_thermal_dev"] = m[:, 0, THR_T] - group_median(m[:, 0, THR_T], codes)

@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from predictor.feature_frames import LINK_FEATURES, NODE_FEATURES
+from predictor.feature_frames import LINK_FEATURES, NODE_FEATURES, dead_zone
 from predictor.features import Features
 from predictor.model import LEARNED_LEAD_ABOVE, RiskModel
 from predictor.rules import RulesModel
@@ -161,11 +161,11 @@ def link_dead_zone(frame: pd.DataFrame, columns: tuple[str, ...],
     if not len(frame) or not cols:
         return frame
     values = frame[cols].to_numpy(dtype=np.float64)
-    small = np.abs(values) < width
-    if not small.any():
+    zoned = dead_zone(values, width)
+    if np.array_equal(zoned, values, equal_nan=True):
         return frame
     frame = frame.copy()
-    frame[cols] = np.where(small, 0.0, values)
+    frame[cols] = zoned
     return frame
 
 
