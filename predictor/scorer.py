@@ -3,13 +3,14 @@ GPU, node and link out (risk, lead estimate, top signals), ready for the alert p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
-from predictor.feature_frames import LINK_FEATURES, NODE_FEATURES, dead_zone
+from predictor.feature_frames import FEATURES_BY_KIND, LINK_FEATURES, NODE_FEATURES, dead_zone
 from predictor.features import Features
 from predictor.model import LEARNED_LEAD_ABOVE, RiskModel
 from predictor.rules import RulesModel
@@ -136,32 +137,36 @@ LINK_NODE_COLUMNS: dict[str, str] = {"node_bw_med_z": "link_bw_med_z",
 
 LINK_DEAD_ZONE_Z = 1.0
 """Link z (bandwidth and latency against the fleet's, their trends, their held floors and the
-node aggregates made of them) within this of zero are read as zero when scored. Bandwidth z has a
-floor of 0.05 on its log scale, so 1 z is about 5%: in our generator links of healthy nodes read
-within a fraction of that, and the models learned that a node 3% slower for an hour is a NIC
-giving way. The fifth generator draws each pair of nodes its own speed, 90-96% of the slower
-NIC's, and a node whose pairs drew low reads 3-4% slow for the whole trace: with a straggler's
-step time as well, the node model read one at 0.79-0.89 and kept it in alert for 45 hours (round
-38). A NIC trained down to a lower speed reads 10-50% slow, far outside; one that drifts by less
-than 5% is read once it drifts further."""
+node aggregates made of them) within this of zero on the side of risk (slower, later) are read as
+zero when scored. Bandwidth z has a floor of 0.05 on its log scale, so 1 z is about 5%: in our
+generator links of healthy nodes read within a fraction of that, and the models learned that a
+node 3% slower for an hour is a NIC giving way. The fifth generator draws each pair of nodes its
+own speed, 90-96% of the slower NIC's, and a node whose pairs drew low reads 3-4% slow for the
+whole trace: with a straggler's step time as well, the node model read one at 0.79-0.89 and kept
+it in alert for 45 hours (round 38). A NIC trained down to a lower speed reads 10-50% slow, far
+outside; one that drifts by less than 5% is read once it drifts further. A reading on the side of
+health keeps its value: it is weak evidence taken away, not evidence of health (read as zero, a
+link 3% faster than the fleet's scores a little riskier; round 39)."""
 
-LINK_Z_COLUMNS: dict[str, tuple[str, ...]] = {
-    "node": tuple(c for c in NODE_FEATURES if c.startswith(("link_bw_", "link_lat_"))),
-    "link": tuple(c for c in LINK_FEATURES
-                  if c.startswith(("bw_", "lat_", "node_bw_", "node_lat_", "peer_bw_"))),
-}
-"""The columns ``link_dead_zone`` reads, per frame."""
+LINK_Z_COLUMNS: dict[str, dict[str, int]] = {
+    kind: {c: d for c, d in FEATURES_BY_KIND[kind].items() if c.startswith(prefixes)}
+    for kind, prefixes in (("node", ("link_bw_", "link_lat_")),
+                           ("link", ("bw_", "lat_", "node_bw_", "node_lat_", "peer_bw_")))}
+"""The columns ``link_dead_zone`` reads, per frame, with their direction of risk (1: higher is
+riskier, -1: lower is, 0: neither)."""
 
 
-def link_dead_zone(frame: pd.DataFrame, columns: tuple[str, ...],
+def link_dead_zone(frame: pd.DataFrame, columns: Mapping[str, int],
                    width: float = LINK_DEAD_ZONE_Z) -> pd.DataFrame:
     """``frame`` (a copy, where anything changes) with each of ``columns`` within ``width`` of
-    zero set to zero (``LINK_DEAD_ZONE_Z``); NaN stays unknown."""
+    zero on its side of risk set to zero (``LINK_DEAD_ZONE_Z``; both sides for a column of no
+    direction); NaN stays unknown."""
     cols = [c for c in columns if c in frame.columns]
     if not len(frame) or not cols:
         return frame
     values = frame[cols].to_numpy(dtype=np.float64)
-    zoned = dead_zone(values, width)
+    healthy = values * np.array([columns[c] for c in cols], dtype=np.float64) < 0
+    zoned = np.where(healthy, values, dead_zone(values, width))
     if np.array_equal(zoned, values, equal_nan=True):
         return frame
     frame = frame.copy()

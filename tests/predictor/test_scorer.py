@@ -340,12 +340,46 @@ def test_links_a_few_percent_slower_than_the_fleets_are_not_read_as_a_failing_ni
     assert _node_risk(feats, "n002", slow) > 0.55
 
 
-def test_the_link_dead_zone_zeroes_small_z_and_leaves_the_rest() -> None:
-    frame = pd.DataFrame({"node": ["a", "b", "c"], "link_bw_med_z": [-0.9, -1.0, np.nan],
-                          "link_lat_med_z": [0.3, 4.0, 0.0], "step_z": [0.5, 0.5, 0.5]})
-    out = scorer_module.link_dead_zone(frame, ("link_bw_med_z", "link_lat_med_z", "absent"))
+# A node of the fourth generator's fleet 4 (rk02-n03, 5.75 h in), healthy, whose links had read a
+# little faster and sooner than the fleet's for the hour. With those readings zeroed as well, the
+# node model read it 0.27 (its slow lane opens at 0.25) and it spent 34 hours of the trace in false
+# node alerts.
+HEALTHY_ON_BRISK_LINKS = {
+    "step_z": 0.003, "compute_z": 0.674, "collective_z": -0.685, "step_trend_z": -0.003,
+    "compute_trend_z": 0.012, "compute_z_6h": 0.674, "link_bw_med_z": -0.199,
+    "link_bw_min_z": -0.576, "link_lat_med_z": -0.053, "link_lat_max_z": 1.538,
+    "node_stale_intervals": 0.75, "node_temp_dev": 2.445, "node_temp_trend_dev": -0.545,
+    "node_throttle_power_rise": 0.123, "node_power_cv_rise": -0.032, "fleet_hot_frac": 0.033,
+    "fleet_bw_low_frac": 0.033, "hot_nodes_besides": 1.0, "slow_link_nodes_besides": 1.0,
+    "slow_probes_elsewhere": 0.053, "step_z_held_1h": 0.001, "compute_z_held_1h": 0.674,
+    "link_bw_med_z_held_1h": 0.584, "link_lat_med_z_held_1h": -0.768,
+    "node_temp_dev_held_1h": 0.921}
+
+
+def test_links_a_little_faster_than_the_fleets_still_count_for_the_node() -> None:
+    engine = FeatureEngine(interval_s=30.0)
+    t = T0 + 3 * 3600
+    engine.update(make_trace(Spec(nodes=8, gpus=1, hours=3.0)), t)
+    feats = engine.features(t)
+    brisk = _node_risk(feats, "n002", HEALTHY_ON_BRISK_LINKS)
+    at_the_fleets = _node_risk(feats, "n002", {**HEALTHY_ON_BRISK_LINKS, "link_lat_med_z": 0.0,
+                                               "link_bw_med_z_held_1h": 0.0,
+                                               "link_lat_med_z_held_1h": 0.0})
+    assert brisk < 0.25 <= at_the_fleets  # out of the slow lane only on what its links show
+
+
+def test_the_link_dead_zone_zeroes_small_z_on_the_side_of_risk_and_leaves_the_rest() -> None:
+    frame = pd.DataFrame({"node": ["a", "b", "c", "d"],
+                          "link_bw_med_z": [-0.9, -1.0, np.nan, 0.9],
+                          "link_lat_med_z": [0.3, 4.0, 0.0, -0.5],
+                          "peer_bw_med_z": [0.5, -0.5, 2.0, -2.0], "step_z": [0.5] * 4})
+    out = scorer_module.link_dead_zone(frame, {"link_bw_med_z": -1, "link_lat_med_z": 1,
+                                               "peer_bw_med_z": 0, "absent": 1})
+    # Slower and later within 1 z read as the fleet's; faster and sooner keep their reading.
     assert out["link_bw_med_z"].tolist()[:2] == [0.0, -1.0]
     assert np.isnan(out.loc[2, "link_bw_med_z"])
-    assert out["link_lat_med_z"].tolist() == [0.0, 4.0, 0.0]
-    assert out["step_z"].tolist() == [0.5, 0.5, 0.5]  # not a link feature
+    assert out.loc[3, "link_bw_med_z"] == 0.9
+    assert out["link_lat_med_z"].tolist() == [0.0, 4.0, 0.0, -0.5]
+    assert out["peer_bw_med_z"].tolist() == [0.0, 0.0, 2.0, -2.0]  # no direction: both sides
+    assert out["step_z"].tolist() == [0.5] * 4  # not a link feature
     assert frame.loc[0, "link_bw_med_z"] == -0.9  # the caller's frame is left as it was
