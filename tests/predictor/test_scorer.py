@@ -320,24 +320,32 @@ STRAGGLER_ON_SLOWISH_LINKS = {
     "link_bw_med_z_held_1h": -0.65, "link_lat_med_z_held_1h": 0.51, "node_temp_dev_held_1h": 0.8}
 
 
-def _node_risk(feats: Features, node: str, values: dict[str, float]) -> float:
-    frame = feats.node.copy()
-    for col, v in values.items():
-        frame.loc[frame["node"] == node, col] = v
-    risks = Scorer(scorer_module.load_model(None)).score(replace(feats, node=frame))
-    return float(risks.loc[(risks["node"] == node) & (risks["kind"] == "node"), "risk"].iloc[0])
-
-
-def test_links_a_few_percent_slower_than_the_fleets_are_not_read_as_a_failing_nic() -> None:
+@pytest.fixture(scope="module")
+def quiet_fleet() -> tuple[Scorer, Features]:
+    """The shipped model's scorer and a quiet 8-node fleet's features 3 hours in, built once for
+    the tests that set one node's features by hand (neither is changed by scoring)."""
     engine = FeatureEngine(interval_s=30.0)
     t = T0 + 3 * 3600
     engine.update(make_trace(Spec(nodes=8, gpus=1, hours=3.0)), t)
-    feats = engine.features(t)
-    assert _node_risk(feats, "n002", STRAGGLER_ON_SLOWISH_LINKS) < 0.25  # under every lane
+    return Scorer(scorer_module.load_model(None)), engine.features(t)
+
+
+def _node_risk(fleet: tuple[Scorer, Features], node: str, values: dict[str, float]) -> float:
+    scorer, feats = fleet
+    frame = feats.node.copy()
+    for col, v in values.items():
+        frame.loc[frame["node"] == node, col] = v
+    risks = scorer.score(replace(feats, node=frame))
+    return float(risks.loc[(risks["node"] == node) & (risks["kind"] == "node"), "risk"].iloc[0])
+
+
+def test_links_a_few_percent_slower_than_the_fleets_are_not_read_as_a_failing_nic(
+        quiet_fleet: tuple[Scorer, Features]) -> None:
+    assert _node_risk(quiet_fleet, "n002", STRAGGLER_ON_SLOWISH_LINKS) < 0.25  # under every lane
     # The same straggler on links that really are slow (a NIC trained down to 60%) still alarms.
     slow = {**STRAGGLER_ON_SLOWISH_LINKS, "link_bw_med_z": -10.0, "link_bw_min_z": -11.0,
             "link_bw_med_z_held_1h": -10.0}
-    assert _node_risk(feats, "n002", slow) > 0.55
+    assert _node_risk(quiet_fleet, "n002", slow) > 0.55
 
 
 # A node of the fourth generator's fleet 4 (rk02-n03, 5.75 h in), healthy, whose links had read a
@@ -356,15 +364,13 @@ HEALTHY_ON_BRISK_LINKS = {
     "node_temp_dev_held_1h": 0.921}
 
 
-def test_links_a_little_faster_than_the_fleets_still_count_for_the_node() -> None:
-    engine = FeatureEngine(interval_s=30.0)
-    t = T0 + 3 * 3600
-    engine.update(make_trace(Spec(nodes=8, gpus=1, hours=3.0)), t)
-    feats = engine.features(t)
-    brisk = _node_risk(feats, "n002", HEALTHY_ON_BRISK_LINKS)
-    at_the_fleets = _node_risk(feats, "n002", {**HEALTHY_ON_BRISK_LINKS, "link_lat_med_z": 0.0,
-                                               "link_bw_med_z_held_1h": 0.0,
-                                               "link_lat_med_z_held_1h": 0.0})
+def test_links_a_little_faster_than_the_fleets_still_count_for_the_node(
+        quiet_fleet: tuple[Scorer, Features]) -> None:
+    brisk = _node_risk(quiet_fleet, "n002", HEALTHY_ON_BRISK_LINKS)
+    at_the_fleets = _node_risk(quiet_fleet, "n002", {**HEALTHY_ON_BRISK_LINKS,
+                                                     "link_lat_med_z": 0.0,
+                                                     "link_bw_med_z_held_1h": 0.0,
+                                                     "link_lat_med_z_held_1h": 0.0})
     assert brisk < 0.25 <= at_the_fleets  # out of the slow lane only on what its links show
 
 
