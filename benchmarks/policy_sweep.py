@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/policy_sweep.py cache DIR          # score once, keep risks
     OMP_NUM_THREADS=1 python benchmarks/policy_sweep.py sweep DIR [--set validation]
+    OMP_NUM_THREADS=1 python benchmarks/policy_sweep.py diff DIR --against OLD_DIR  # what moved
 
 (a) and (b) of the suites alone, scored at a minute's cadence:
 
@@ -12,6 +13,9 @@ so ``cache`` backtests every trace once with a model and keeps that row per node
 (``risks.csv.gz``) with the trace's labels and size; ``sweep`` then replays the cached risks
 through each policy variant in ``VARIANTS`` and scores the alerts with ``predictor.evaluate``:
 the same alerts ``foreshock backtest`` writes for that policy, in seconds instead of a backtest.
+``diff`` reads two caches of the same set (say, one model against another) through the default
+policy and names, trace by trace, the failures with a precursor that only one of them caught and
+the false episodes that only one of them raised: the figures say how much moved, this says what.
 
 Four sets: ``validation`` (fresh seeds of the first three generators, used to choose a policy),
 ``suites`` (the seven suites of ``benchmarks/backtest.py --figures``, for reporting only),
@@ -39,6 +43,7 @@ import pandas as pd
 
 from collector.fleet_trace import FleetTrace, TraceMeta
 from predictor.backtest import ALERT_COLUMNS, run
+from predictor.evaluate import Outcomes, outcomes
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.generator_config import PRECURSOR_SHAPES
 from predictor.hysteresis import AlertPolicy, PolicyConfig
@@ -298,6 +303,56 @@ def sweep(base: Path, which: str, names: list[str] | None) -> None:
             print(f"  {g:24s} {line}")
 
 
+def differences(old: dict[str, tuple[FleetTrace, pd.DataFrame]],
+                new: dict[str, tuple[FleetTrace, pd.DataFrame]],
+                config: PolicyConfig | None = None) -> list[str]:
+    """What moved between two caches of the same traces under ``config`` (default policy): per
+    trace, each failure with a precursor caught by one only and each false episode raised by one
+    only (matched by node and start), then the totals. Hours count from the trace's start."""
+    config = config or PolicyConfig()
+    lines: list[str] = []
+    totals = Counter[str]()
+    for name in sorted(set(old) & set(new)):
+        trace = old[name][0]
+        before, after = (outcomes(trace, alerts_for(c[name][1], config)) for c in (old, new))
+        lines += [f"{name}: {line}" for line in _moved(before, after, trace.meta.start)]
+        for side, o in (("old", before), ("new", after)):
+            pre = o.failures["precursor_s"] > 0
+            totals[f"{side} caught"] += int((o.failures["caught"] & pre).sum())
+            totals[f"{side} false"] += int((o.episodes["verdict"] == "false").sum())
+        totals["with a precursor"] += int((before.failures["precursor_s"] > 0).sum())
+    for name in sorted(set(old) ^ set(new)):
+        lines.append(f"{name}: only in the {'old' if name in old else 'new'} cache, not compared")
+    lines.append(f"caught {totals['old caught']} -> {totals['new caught']} of "
+                 f"{totals['with a precursor']} with a precursor; false episodes "
+                 f"{totals['old false']} -> {totals['new false']}")
+    return lines
+
+
+def _moved(before: Outcomes, after: Outcomes, t0: float) -> list[str]:
+    out = []
+    fa, fb = before.failures, after.failures
+    for i in np.flatnonzero((fa["precursor_s"] > 0) & (fa["caught"] != fb["caught"])):
+        f, caught_now = fa.iloc[i], bool(fb["caught"].iloc[i])
+        lead = (fb if caught_now else fa)["lead_s"].iloc[i]
+        gpu = f" GPU {f['gpu']}" if f["gpu"] >= 0 else ""
+        verb, was = ("caught now", "caught") if caught_now else ("missed now", "was caught")
+        out.append(f"{verb}: {f['node']}{gpu} {f['kind']} failure at "
+                   f"{(f['ts'] - t0) / 3600:.2f} h after a {f['precursor_s'] / 60:.0f}-min "
+                   f"precursor ({was} {lead / 60:.0f} min ahead)")
+    keys = []
+    for o in (before, after):
+        false = o.episodes[o.episodes["verdict"] == "false"]
+        keys.append({(e.node, e.start): e for e in false.itertuples(index=False)})
+    for label, mine, other in (("gone", keys[0], keys[1]), ("new", keys[1], keys[0])):
+        for key in sorted(mine.keys() - other.keys(), key=lambda k: (k[1], k[0])):
+            e = mine[key]
+            out.append(f"false episode {label}: {e.node} {e.kinds} from "
+                       f"{(e.start - t0) / 3600:.2f} h for {(e.end - e.start) / 60:.0f} min, "
+                       f"risk up to {e.max_score:.2f}")
+    return out
+
+
 def _line(tot: dict[str, float], leads: list[float], bands: Counter[str]) -> str:
     lead = f"{np.median(leads) / 60:.0f} min" if leads else "-"
     return (f"{tot['c']:.0f}/{tot['p']:.0f} {tot['t'] / max(tot['t'] + tot['f'], 1):.2f} "
@@ -308,8 +363,9 @@ def _line(tot: dict[str, float], leads: list[float], bands: Counter[str]) -> str
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("action", choices=("cache", "sweep"),
-                   help="cache: backtest once and keep risks; sweep: replay policies on them")
+    p.add_argument("action", choices=("cache", "sweep", "diff"),
+                   help="cache: backtest once and keep risks; sweep: replay policies on them; "
+                        "diff: the catches and false episodes that differ from --against's")
     p.add_argument("dir", type=Path, help="where the cached risks live")
     p.add_argument("--set", dest="which", choices=("validation", "suites", "shaped", "later"),
                    default="validation",
@@ -331,11 +387,18 @@ def main() -> None:
                         "suites, at --every 60 a 35-minute run instead of four hours)")
     p.add_argument("--variant", action="append", default=None,
                    help="policy variant to sweep, by name (repeatable; default: all)")
+    p.add_argument("--against", type=Path, default=None, metavar="OLD_DIR",
+                   help="diff: the cache to compare DIR with (both of --set; read through the "
+                        "default policy)")
     a = p.parse_args()
+    if a.action == "diff" and a.against is None:
+        p.error("diff needs --against OLD_DIR: the cache DIR is compared with")
     if a.every <= 0:  # else every worker fails on it, one traceback per trace
         p.error(f"--every must be > 0 seconds, got {a.every:g}")
     if a.action == "cache":
         cache(a.dir, a.which, a.model, a.jobs, a.rounds, a.every, a.only)
+    elif a.action == "diff":
+        print("\n".join(differences(load_cached(a.against, a.which), load_cached(a.dir, a.which))))
     else:
         sweep(a.dir, a.which, a.variant)
 
