@@ -43,7 +43,7 @@ import pandas as pd
 
 from collector.fleet_trace import FleetTrace, TraceMeta
 from predictor.backtest import ALERT_COLUMNS, run
-from predictor.evaluate import Outcomes, outcomes
+from predictor.evaluate import Outcomes, outcomes, summarize
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.generator_config import PRECURSOR_SHAPES
 from predictor.hysteresis import AlertPolicy, PolicyConfig
@@ -314,13 +314,16 @@ def differences(old: dict[str, tuple[FleetTrace, pd.DataFrame]],
     totals = Counter[str]()
     for name in sorted(set(old) & set(new)):
         trace = old[name][0]
-        before, after = (outcomes(trace, alerts_for(c[name][1], config)) for c in (old, new))
-        lines += [f"{name}: {line}" for line in _moved(before, after, trace.meta.start)]
-        for side, o in (("old", before), ("new", after)):
-            pre = o.failures["precursor_s"] > 0
-            totals[f"{side} caught"] += int((o.failures["caught"] & pre).sum())
-            totals[f"{side} false"] += int((o.episodes["verdict"] == "false").sum())
-        totals["with a precursor"] += int((before.failures["precursor_s"] > 0).sum())
+        per_side = []
+        for side, cached in (("old", old), ("new", new)):
+            alerts = alerts_for(cached[name][1], config)
+            o = outcomes(trace, alerts)
+            report = summarize(o, alerts=len(alerts))
+            totals[f"{side} caught"] += report.caught_with_precursor
+            totals[f"{side} false"] += report.false_episodes
+            per_side.append(o)
+        totals["with a precursor"] += report.failures_with_precursor
+        lines += [f"{name}: {line}" for line in _moved(*per_side, trace.meta.start)]
     for name in sorted(set(old) ^ set(new)):
         lines.append(f"{name}: only in the {'old' if name in old else 'new'} cache, not compared")
     lines.append(f"caught {totals['old caught']} -> {totals['new caught']} of "
