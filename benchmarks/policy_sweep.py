@@ -49,6 +49,7 @@ from predictor.generator_config import PRECURSOR_SHAPES
 from predictor.hysteresis import AlertPolicy, PolicyConfig
 from predictor.replay import DEFAULT_EVERY_S
 from predictor.scorer import load_model
+from predictor.signals_absent import ABSENT, without
 
 sys.path.insert(0, str(Path(__file__).parent))
 import alt_generator
@@ -139,12 +140,13 @@ def _makers(which: str, rounds: int = 1) -> dict[str, Maker]:
     return {"validation": _validation, "shaped": _shaped, "later": _later}[which](rounds)
 
 
-def _cache_one(args: tuple[str, int, str, Path, str | None, float]) -> str:
-    which, rounds, name, out, model_spec, every_s = args  # names, not makers, cross to workers
+def _cache_one(args: tuple[str, int, str, Path, str | None, float, tuple[str, ...]]) -> str:
+    which, rounds, name, out, model_spec, every_s, absent = args  # names, not makers, cross
+    # to workers
     path = out / name
     if (path / "risks.csv.gz").exists():
         return f"{name}: cached"
-    trace = _makers(which, rounds)[name]()
+    trace = without(_makers(which, rounds)[name](), absent)
     rows = run(trace, load_model(model_spec), every_s=every_s).timeline  # what the policy reads
     path.mkdir(parents=True, exist_ok=True)
     assert trace.failures is not None
@@ -176,11 +178,12 @@ def selected(names: list[str], only: list[str] | None) -> list[str]:
 
 
 def cache(out: Path, which: str, model_spec: str | None, jobs: int, rounds: int = 1,
-          every_s: float = DEFAULT_EVERY_S, only: list[str] | None = None) -> None:
+          every_s: float = DEFAULT_EVERY_S, only: list[str] | None = None,
+          absent: tuple[str, ...] = ()) -> None:
     names = selected(list(_makers(which, rounds)), only)
     base = out / which
     base.mkdir(parents=True, exist_ok=True)
-    jobs_ = [(which, rounds, n, base, model_spec, every_s) for n in names]
+    jobs_ = [(which, rounds, n, base, model_spec, every_s, absent) for n in names]
     with ProcessPoolExecutor(jobs) as pool:
         for line in pool.map(_cache_one, jobs_):
             print(line, flush=True)
@@ -388,6 +391,10 @@ def main() -> None:
                    help="cache: only the traces whose name starts with PREFIX (repeatable; e.g. "
                         "--only unseen_seeds --only shifted_params for (a) and (b) of the "
                         "suites, at --every 60 a 35-minute run instead of four hours)")
+    p.add_argument("--absent", action="append", default=[], choices=tuple(ABSENT),
+                   metavar="SIGNAL",
+                   help="cache: take SIGNAL out of every trace before scoring it, as a fleet "
+                        f"that never exported it (repeatable; one of {', '.join(ABSENT)})")
     p.add_argument("--variant", action="append", default=None,
                    help="policy variant to sweep, by name (repeatable; default: all)")
     p.add_argument("--against", type=Path, default=None, metavar="OLD_DIR",
@@ -399,7 +406,7 @@ def main() -> None:
     if a.every <= 0:  # else every worker fails on it, one traceback per trace
         p.error(f"--every must be > 0 seconds, got {a.every:g}")
     if a.action == "cache":
-        cache(a.dir, a.which, a.model, a.jobs, a.rounds, a.every, a.only)
+        cache(a.dir, a.which, a.model, a.jobs, a.rounds, a.every, a.only, tuple(a.absent))
     elif a.action == "diff":
         print("\n".join(differences(load_cached(a.against, a.which), load_cached(a.dir, a.which))))
     else:
