@@ -29,6 +29,7 @@ from predictor.dataset import LabelConfig
 from predictor.failure_mix import MODES
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.model import DEFAULT_MODEL_PATH, FitConfig, RiskModel
+from predictor.signals_absent import ABSENT, without
 from predictor.training import fit_traces
 
 TRAIN_SEED_BASE = 1000
@@ -45,7 +46,6 @@ model that only ever saw every column leans on whichever of two correlated colum
 first and then under-rates, say, a GPU 25 C hotter than its peers when HBM temperature is
 missing. The error counters that carry a precursor on their own (single-bit ECC, PCIe replays,
 NVLink CRC) are always kept, so no failure turns invisible and no label turns to noise."""
-
 
 SLOW_SEED_BASE = TRAIN_SEED_BASE + 100
 SLOW_INTERVALS_S: tuple[float, ...] = (90.0, 120.0, 180.0, 300.0)
@@ -116,6 +116,13 @@ def drop_optional_columns(trace: FleetTrace, rng: np.random.Generator) -> FleetT
     return dataclasses.replace(trace, gpu=trace.gpu.drop(columns=gone))
 
 
+def drop_signals(trace: FleetTrace, rng: np.random.Generator,
+                 shares: dict[str, float]) -> FleetTrace:
+    """``trace`` without the signals (``predictor.signals_absent.ABSENT``) that ``rng`` drops,
+    each with the odds ``shares`` gives it (``--absent``)."""
+    return without(trace, [s for s, p in shares.items() if rng.random() < p])
+
+
 def slow_configs(count: int) -> list[GeneratorConfig]:
     """``count`` fleets drawn like the others but sampled every 1.5-5 minutes, links probed
     every 5-10 (training seeds from ``SLOW_SEED_BASE``)."""
@@ -147,19 +154,24 @@ pulls the top of the risk scale down, which the policy's fire-at-once level (0.9
 hold) allows for."""
 
 
-def training_traces(count: int, slow: int = 0, member: Member = MEMBERS[0]) -> Iterator[FleetTrace]:
+def training_traces(count: int, slow: int = 0, member: Member = MEMBERS[0],
+                    absent: dict[str, float] | None = None) -> Iterator[FleetTrace]:
     """One member's training fleets (``count`` ordinary, then ``slow`` slow-exporter ones),
-    each with its own set of exported columns."""
+    each with its own set of exported columns, and without the signals ``absent`` drops (drawn
+    from a generator of their own, so the columns each fleet drops stay as they were)."""
     rng = np.random.default_rng(member.seed_base)
+    signals_rng = np.random.default_rng([member.seed_base, 1])
     configs = training_configs(count, seed=member.draw, seed_base=member.seed_base)
     for config in configs + slow_configs(slow):
-        yield drop_optional_columns(generate_trace(config), rng)
+        trace = drop_optional_columns(generate_trace(config), rng)
+        yield drop_signals(trace, signals_rng, absent or {})
 
 
 def train_member(member: Member, *, traces: int = 30, slow: int = 0,
-                 every_s: float = 300.0, events_alone: bool = False) -> RiskModel:
+                 every_s: float = 300.0, events_alone: bool = False,
+                 absent: dict[str, float] | None = None) -> RiskModel:
     t0 = time.time()
-    return fit_traces(training_traces(traces, slow, member),
+    return fit_traces(training_traces(traces, slow, member, absent),
                       labels=LabelConfig(every_s=every_s),
                       config=FitConfig(seed=member.fit_seed, events_alone=events_alone),
                       progress=lambda s: print(f"  replayed {s} ({time.time() - t0:.0f} s)",
@@ -184,10 +196,17 @@ def main() -> None:
                    help="teach the GPU model remaps and memory XIDs on their own too "
                         "(FitConfig.events_alone; measured in round 24, not yet in the shipped "
                         "model: see predictor/ROUNDS.md)")
+    p.add_argument("--absent", action="append", default=[], metavar="SIGNAL=SHARE",
+                   help="leave SIGNAL out of that share of the training fleets, as fleets that "
+                        "never export it (repeatable; signals: " + ", ".join(ABSENT) + "; e.g. "
+                        "node=0.25 for fleets with no training hook). Measured in round 41 "
+                        "(latency=0.25 with node=0.25), not in the shipped model: see "
+                        "predictor/ROUNDS.md")
     a = p.parse_args()
+    absent = _shares(p, a.absent)
     t0 = time.time()
     train = functools.partial(train_member, traces=a.traces, slow=a.slow_traces, every_s=a.every,
-                              events_alone=a.events_alone)
+                              events_alone=a.events_alone, absent=absent)
     members = MEMBERS[:a.members]
     if a.jobs > 1 and len(members) > 1:
         with ProcessPoolExecutor(min(a.jobs, len(members))) as pool:
@@ -199,6 +218,23 @@ def main() -> None:
     size = a.out.stat().st_size / 1e6
     print(f"wrote {a.out} ({size:.2f} MB), model {model.version} "
           f"({len(fitted)} member{'s' if len(fitted) > 1 else ''}), {time.time() - t0:.0f} s")
+
+
+def _shares(p: argparse.ArgumentParser, items: list[str]) -> dict[str, float]:
+    """``--absent`` values as signal -> share; a stray name or share is a usage error."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, _, share = item.partition("=")
+        try:
+            value = float(share)
+        except ValueError:
+            p.error(f"--absent {item!r}: expected SIGNAL=SHARE, e.g. node=0.25")
+        if name not in ABSENT:
+            p.error(f"--absent {item!r}: unknown signal {name!r}; known: {', '.join(ABSENT)}")
+        if not 0.0 <= value <= 1.0:
+            p.error(f"--absent {item!r}: the share must be within 0-1, got {value:g}")
+        out[name] = value
+    return out
 
 
 if __name__ == "__main__":

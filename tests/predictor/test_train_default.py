@@ -1,9 +1,13 @@
+import subprocess
+import sys
+
 import numpy as np
 
 from predictor.train_default import (
     MEMBERS,
     OPTIONAL_GPU_COLUMNS,
     drop_optional_columns,
+    drop_signals,
     slow_configs,
     training_configs,
 )
@@ -24,6 +28,33 @@ def test_training_fleets_differ_in_what_they_export_but_keep_every_error_counter
     again = set(drop_optional_columns(trace, np.random.default_rng(0)).gpu.columns)
     assert again == kept[0]
     assert trace.gpu.shape[1] == len(set(trace.gpu.columns))  # the input is left untouched
+
+
+def test_training_fleets_can_leave_out_step_times_or_latency_and_keep_the_rest() -> None:
+    trace = make_trace(Spec(hours=0.5))
+    rng = np.random.default_rng(0)
+    shares = {"latency": 0.25, "node": 0.5}
+    fleets = [drop_signals(trace, rng, shares) for _ in range(80)]
+    no_latency = sum("net.link.latency" not in f.links.columns for f in fleets)
+    no_steps = sum(len(f.node) == 0 for f in fleets)
+    assert 5 <= no_latency <= 35 and 25 <= no_steps <= 55  # about a quarter and a half
+    # Bandwidth and every GPU column stay, whatever is dropped.
+    assert all(len(f.links) == len(trace.links) and len(f.gpu) == len(trace.gpu) for f in fleets)
+    assert all("net.link.bandwidth" in f.links.columns for f in fleets)
+    assert all(list(f.gpu.columns) == list(trace.gpu.columns) for f in fleets)
+    again = drop_signals(trace, np.random.default_rng(0), shares)
+    assert list(again.links.columns) == list(fleets[0].links.columns)
+    assert len(again.node) == len(fleets[0].node)
+    # By default nothing is left out: the shipped model's fleets export every signal.
+    assert drop_signals(trace, rng, {}).node.equals(trace.node)
+
+
+def test_train_default_refuses_a_stray_signal_naming_the_known_ones() -> None:
+    result = subprocess.run([sys.executable, "-m", "predictor.train_default", "--absent",
+                             "step_times=0.2", "--out", "/nonexistent/x.skops"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "unknown signal 'step_times'" in result.stderr and "node, events" in result.stderr
 
 
 def test_training_covers_slow_exporters_on_seeds_of_their_own() -> None:
