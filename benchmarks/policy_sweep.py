@@ -141,8 +141,8 @@ def _makers(which: str, rounds: int = 1) -> dict[str, Maker]:
 
 
 def _cache_one(args: tuple[str, int, str, Path, str | None, float, tuple[str, ...]]) -> str:
-    which, rounds, name, out, model_spec, every_s, absent = args  # names, not makers, cross
-    # to workers
+    # Names, not makers, cross to workers.
+    which, rounds, name, out, model_spec, every_s, absent = args
     path = out / name
     if (path / "risks.csv.gz").exists():
         return f"{name}: cached"

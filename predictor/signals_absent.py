@@ -29,8 +29,8 @@ ABSENT: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 """Signal name -> (the file it lives in, its columns there; () for the whole file)."""
 
-FRAME_OF: dict[str, str] = {"gpu.csv.gz": "gpu", "node.csv.gz": "node", "links.csv.gz": "links",
-             "events.csv": "events"}
+FRAME_OF: dict[str, str] = {
+    "gpu.csv.gz": "gpu", "node.csv.gz": "node", "links.csv.gz": "links", "events.csv": "events"}
 """Trace file -> the ``FleetTrace`` frame that holds it."""
 
 

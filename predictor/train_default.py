@@ -47,6 +47,7 @@ first and then under-rates, say, a GPU 25 C hotter than its peers when HBM tempe
 missing. The error counters that carry a precursor on their own (single-bit ECC, PCIe replays,
 NVLink CRC) are always kept, so no failure turns invisible and no label turns to noise."""
 
+
 SLOW_SEED_BASE = TRAIN_SEED_BASE + 100
 SLOW_INTERVALS_S: tuple[float, ...] = (90.0, 120.0, 180.0, 300.0)
 """Sampling intervals of the slow-exporter training fleets (``--slow-traces``), taken in turn. A
@@ -200,8 +201,8 @@ def main() -> None:
                    help="leave SIGNAL out of that share of the training fleets, as fleets that "
                         "never export it (repeatable; signals: " + ", ".join(ABSENT) + "; e.g. "
                         "node=0.25 for fleets with no training hook). Measured in round 41 "
-                        "(latency=0.25 with node=0.25), not in the shipped model: see "
-                        "predictor/ROUNDS.md")
+                        "(node=0.25, alone and with latency=0.25), not in the shipped model: "
+                        "see predictor/ROUNDS.md")
     a = p.parse_args()
     absent = _shares(p, a.absent)
     t0 = time.time()
