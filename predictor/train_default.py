@@ -200,7 +200,7 @@ def main() -> None:
     p.add_argument("--absent", action="append", default=[], metavar="SIGNAL=SHARE",
                    help="leave SIGNAL out of that share of the training fleets, as fleets that "
                         "never export it (repeatable; signals: " + ", ".join(ABSENT) + "; e.g. "
-                        "node=0.25 for fleets with no training hook). Measured in round 41 "
+                        "node=0.25 for fleets with no training hook). Measured in rounds 41 and 42 "
                         "(node=0.25, alone and with latency=0.25), not in the shipped model: "
                         "see predictor/ROUNDS.md")
     a = p.parse_args()
