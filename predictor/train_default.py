@@ -54,7 +54,7 @@ DEFAULT_ABSENT: dict[str, float] = {"node": 0.1}
 """Signals left out of a share of each member's training fleets unless ``--absent`` says
 otherwise. One in ten without ``node.csv`` (no training hook, hence no step times): trained
 on fleets that all had it, the model read nodes under a lower power limit on fleets without it
-as failing supplies (19 false episodes on ten fresh fleets; 2 with a tenth left out). A quarter
+as failing supplies (19 false episodes on ten fresh fleets; 2 with one in ten left out). A quarter
 left out lowered GPU risk under a growing NVLink storm below the 15-minute lane
 (predictor/ROUNDS.md rounds 41-43)."""
 
