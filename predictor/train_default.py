@@ -3,15 +3,15 @@
     OMP_NUM_THREADS=1 python -m predictor.train_default [--out predictor/models/default.skops]
 
 Trains on 30 fleets from ``predictor.generator`` whose parameters are drawn at random per seed
-(fleet size, sampling interval from 2 s to 60 s, failure mix, precursor length and strength, noise,
-confounder rates), so that the model learns the signatures rather than one generator setting; each
-has a one-in-ten chance of exporting no ``node.csv`` (``DEFAULT_ABSENT``: 14 of the shipped model's
-90). The shipped model averages three members trained that way on fleets of their own (``MEMBERS``,
-``RiskModel.average``), three processes at once by default (16-31 minutes on two cores);
-``--members 1`` trains the first alone. Seeds 1000-1999 are training seeds; evaluations use other
-seeds. Deterministic on one machine: the same command with the same library versions gives the same
-model (and version string), with any ``--jobs``; round 42's command retrained on another machine in
-round 43 gave another version (predictor/ROUNDS.md).
+(fleet size, sampling interval from 2 s to 60 s, failure mix, precursor length and strength,
+noise, confounder rates), so that the model learns the signatures rather than one generator
+setting. The shipped model averages three members trained that way on fleets of their own
+(``MEMBERS``, ``RiskModel.average``), three processes at once by default (17-23 minutes on
+two cores); ``--members 1`` trains the first alone. Seeds 1000-1999 are training seeds;
+evaluations use other seeds. Deterministic on one machine: the same command with the same library
+versions gives the same model (and version string), with any ``--jobs``; round 42's
+``--absent node=0.1`` retrained on another machine in round 43 gave another version
+(predictor/ROUNDS.md).
 """
 
 from __future__ import annotations
@@ -48,15 +48,6 @@ model that only ever saw every column leans on whichever of two correlated colum
 first and then under-rates, say, a GPU 25 C hotter than its peers when HBM temperature is
 missing. The error counters that carry a precursor on their own (single-bit ECC, PCIe replays,
 NVLink CRC) are always kept, so no failure turns invisible and no label turns to noise."""
-
-
-DEFAULT_ABSENT: dict[str, float] = {"node": 0.1}
-"""Signals left out of a share of each member's training fleets unless ``--absent`` says
-otherwise. One in ten without ``node.csv`` (no training hook, hence no step times): trained
-on fleets that all had it, the model read nodes under a lower power limit on fleets without it
-as failing supplies (19 false episodes on ten fresh fleets; 2 with one in ten left out). A quarter
-left out lowered GPU risk under a growing NVLink storm below the 15-minute lane
-(predictor/ROUNDS.md rounds 41-43)."""
 
 
 SLOW_SEED_BASE = TRAIN_SEED_BASE + 100
@@ -209,14 +200,13 @@ def main() -> None:
                         "(FitConfig.events_alone; measured in round 24, not yet in the shipped "
                         "model: see predictor/ROUNDS.md)")
     p.add_argument("--absent", action="append", default=[], metavar="SIGNAL=SHARE",
-                   help="leave SIGNAL out of that share of each member's training fleets, as "
-                        "fleets that never export it (repeatable; signals: " + ", ".join(ABSENT)
-                        + "). Default " + _shown(DEFAULT_ABSENT) + ", as the shipped model: "
-                        "fleets with no training hook, hence no step times; node=0 leaves "
-                        "nothing out. Any --absent replaces the whole default (rounds 41-43 in "
-                        "predictor/ROUNDS.md)")
+                   help="leave SIGNAL out of that share of the training fleets, as fleets that "
+                        "never export it (repeatable; signals: " + ", ".join(ABSENT) + "; e.g. "
+                        "node=0.25 for fleets with no training hook). Measured in rounds 41-43 "
+                        "(node=0.25 alone and with latency=0.25, node=0.1), not in the shipped "
+                        "model: see predictor/ROUNDS.md")
     a = p.parse_args()
-    absent = _shares(p, a.absent) if a.absent else dict(DEFAULT_ABSENT)
+    absent = _shares(p, a.absent)
     t0 = time.time()
     train = functools.partial(train_member, traces=a.traces, slow=a.slow_traces, every_s=a.every,
                               events_alone=a.events_alone, absent=absent)
@@ -231,10 +221,6 @@ def main() -> None:
     size = a.out.stat().st_size / 1e6
     print(f"wrote {a.out} ({size:.2f} MB), model {model.version} "
           f"({len(fitted)} member{'s' if len(fitted) > 1 else ''}), {time.time() - t0:.0f} s")
-
-
-def _shown(shares: dict[str, float]) -> str:
-    return " ".join(f"{name}={share:g}" for name, share in shares.items())
 
 
 def _shares(p: argparse.ArgumentParser, items: list[str]) -> dict[str, float]:

@@ -46,7 +46,7 @@ def test_training_fleets_can_leave_out_step_times_or_latency_and_keep_the_rest()
     again = drop_signals(trace, np.random.default_rng(0), shares)
     assert list(again.links.columns) == list(fleets[0].links.columns)
     assert len(again.node) == len(fleets[0].node)
-    # With no shares nothing is left out.
+    # By default nothing is left out: the shipped model's fleets export every signal.
     assert drop_signals(trace, rng, {}).node.equals(trace.node)
 
 
@@ -92,13 +92,3 @@ def test_each_member_of_the_default_model_trains_on_fleets_of_its_own() -> None:
     assert all(1000 <= s <= 1999 for s in seeds)
     # ...drawn apart: not the same fleet parameters under other seeds.
     assert len({(c.nodes, c.interval_s, c.noise) for configs in fleets for c in configs}) == 90
-
-
-def test_train_default_help_names_the_signals_the_shipped_recipe_leaves_out() -> None:
-    # The bare command rebuilds the shipped model, so its help says what it leaves out by
-    # default and how to leave out nothing.
-    result = subprocess.run([sys.executable, "-m", "predictor.train_default", "--help"],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0
-    assert "Default node=0.1, as the shipped model" in result.stdout
-    assert "node=0 leaves nothing out" in result.stdout
