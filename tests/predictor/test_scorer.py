@@ -351,7 +351,8 @@ def test_links_a_few_percent_slower_than_the_fleets_are_not_read_as_a_failing_ni
 # A node of the fourth generator's fleet 4 (rk02-n03, 5.75 h in), healthy, whose links had read a
 # little faster and sooner than the fleet's for the hour. With those readings zeroed as well, round
 # 39's model read it 0.27 (its slow lane opens at 0.25) and it spent 34 hours of the trace in false
-# node alerts; round 43's candidate (not shipped) 0.248 zeroed, 0.14 as its links show.
+# node alerts. A model that reads it under the lane even zeroed fails the test below with the
+# scorer right (round 43's candidate, not shipped: 0.248 zeroed, 0.14 as its links show).
 HEALTHY_ON_BRISK_LINKS = {
     "step_z": 0.003, "compute_z": 0.674, "collective_z": -0.685, "step_trend_z": -0.003,
     "compute_trend_z": 0.012, "compute_z_6h": 0.674, "link_bw_med_z": -0.199,
@@ -371,9 +372,7 @@ def test_links_a_little_faster_than_the_fleets_still_count_for_the_node(
                                                      "link_lat_med_z": 0.0,
                                                      "link_bw_med_z_held_1h": 0.0,
                                                      "link_lat_med_z_held_1h": 0.0})
-    # Out of the slow lane, and lower by more than a hair for what its links show: a scorer
-    # that read faster links as the fleet's would score both alike.
-    assert brisk < 0.25 and at_the_fleets - brisk > 0.05
+    assert brisk < 0.25 <= at_the_fleets  # out of the slow lane only on what its links show
 
 
 def test_the_link_dead_zone_zeroes_small_z_on_the_side_of_risk_and_leaves_the_rest() -> None:
