@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -13,6 +14,8 @@ import typer
 from collector.fleet_trace import FleetTrace, TraceMeta, empty_frame
 from predictor.model import FitConfig, RiskModel
 from predictor.training import fit_traces
+from trainer.demo import DemoConfig
+from trainer.simulated_gpu import SimulatedGpuReader
 
 T0 = 1_767_225_600.0
 
@@ -232,3 +235,41 @@ def probe_trace(slow: set[str], from_h: float, nodes: int = 16,
                                         "net.link.latency"])
     return FleetTrace(meta=trace.meta, gpu=trace.gpu, node=trace.node, links=links,
                       events=trace.events, failures=trace.failures)
+
+
+def demo_trace(config: DemoConfig, *, seed: int) -> tuple[FleetTrace, float]:
+    """What ``foreshock demo`` stores for ``config``, and when its failure strikes: each node's
+    simulated GPUs (seeded as the demo's trainer seeds them, the victim's with the injected
+    degradation) and step times, sampled every second as the hook exports them. ``seed`` draws
+    the timing the real run never repeats: where within a second the nodes launch, and each
+    export's few milliseconds of jitter."""
+    rng = np.random.default_rng(seed)
+    launch = T0 + rng.uniform(0.0, 1.0)
+    failure_at = launch + config.fail_after_s
+    gpu_rows: list[dict[str, object]] = []
+    node_rows: list[tuple[float, str, float, float, float]] = []
+    events: list[tuple[float, str, int, str, int]] = []
+    for node in config.node_names:
+        now = [launch]  # the reader's clock
+        reader = SimulatedGpuReader(gpus=config.gpus_per_node, seed=zlib.crc32(node.encode()),
+                                    clock=lambda now=now: now[0])
+        if node == config.victim:
+            reader.inject(config.kind, gpu=config.gpu, start_at=failure_at - config.develop_s,
+                          failure_at=failure_at)
+        while now[0] < failure_at + config.tail_s:
+            gpu_rows += [{"ts": s.ts, "node": node, "gpu": s.index, **s.values}
+                         for s in reader.sample()]
+            events += [(x.ts, node, x.index, "xid", x.code) for x in reader.xids()]
+            step = config.step_period_s * (1.0 + abs(rng.normal(0.0, 0.001)))
+            node_rows.append((now[0], node, step, 0.95 * step, 0.03 * step))
+            now[0] += 1.0 + rng.uniform(-0.02, 0.02)
+    meta = TraceMeta(start=launch, end=failure_at + config.tail_s, interval_s=1.0,
+                     nodes=config.node_names, gpus_per_node=config.gpus_per_node)
+    node = pd.DataFrame(node_rows, columns=["ts", "node", "train.step.duration",
+                                            "train.compute.duration",
+                                            "train.collective.duration"])
+    trace = FleetTrace(
+        meta=meta, gpu=pd.DataFrame(gpu_rows).sort_values("ts", kind="stable"),
+        node=node.sort_values("ts", kind="stable"), links=empty_frame("links.csv.gz"),
+        events=pd.DataFrame(events, columns=["ts", "node", "gpu", "kind", "code"]))
+    return trace, failure_at
