@@ -47,8 +47,9 @@ class JobState:
 
 def policy_from(settings: Settings) -> PolicyConfig:
     """The alert policy: the predictor's defaults, with the settings' overrides."""
-    return PolicyConfig().overridden(fire_at=settings.alert_fire_at,
-                                     persist_s=settings.alert_persist_s)
+    compressed = PolicyConfig().compressed(settings.alert_time_compression)
+    return compressed.overridden(fire_at=settings.alert_fire_at,
+                                 persist_s=settings.alert_persist_s)
 
 
 def active_jobs(store: Store) -> list[str]:

@@ -46,6 +46,10 @@ class Settings(BaseSettings):
         None, ge=0, le=1, description="Risk that opens an alert; None: the predictor's default.")
     alert_persist_s: float | None = Field(
         None, ge=0, description="Seconds a risk must persist before an alert opens; None: default.")
+    alert_time_compression: float = Field(
+        1.0, gt=0, description="Divide every alert lane's hold and the wait to resolve by this, "
+        "for telemetry that compresses hours into minutes (foreshock demo: 150). "
+        "alert_persist_s, when set, is taken as given.")
 
     # --- alerts (alerts issue) ---
     admin_token: SecretStr | None = Field(

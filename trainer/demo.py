@@ -59,12 +59,13 @@ class DemoConfig:
     tail_s: float = 15.0
     """Training goes on this long past the failure moment."""
     score_interval_s: float = 2.0
-    alert_persist_s: float = 6.0
-    """How long the service's risk must hold at or above the alert threshold before it fires.
-    The demo compresses a degradation of hours into a minute, so it compresses the service's
-    15-minute persistence too; without it only the fire-at-once lane (risk >= 0.92) could flag
-    the node in time, and the one-minute ramp need not reach it (the shipped model fires on it
-    at 0.62)."""
+    alert_time_compression: float = 150.0
+    """The service's alert lanes run this many times faster. The demo compresses a degradation
+    of hours into a minute, so it compresses every lane's hold too: 15 minutes at the alert
+    threshold (0.55) become 6 s, the middle lane's 25 minutes at 0.35 become 10 s, and so on
+    (``PolicyConfig.compressed``). With the hours as they are, only the fire-at-once lane (risk
+    >= 0.92) could flag the node in time, and the one-minute ramp need not reach it. The drain
+    policy is the service's own: an alert drains the node at risk 0.5 or more."""
     timeout_s: float = 175.0
     keep_dir: Path | None = None
     """Keep the run's store, logs and checkpoints here instead of deleting them."""
@@ -72,8 +73,9 @@ class DemoConfig:
     def __post_init__(self) -> None:
         if self.nodes < 2:
             raise ValueError(f"demo.nodes={self.nodes} must be >= 2 (one is drained)")
-        if self.alert_persist_s < 0:
-            raise ValueError(f"demo.alert_persist_s={self.alert_persist_s} must be >= 0")
+        if not self.alert_time_compression > 0:
+            raise ValueError(f"demo.alert_time_compression={self.alert_time_compression} "
+                             "must be > 0")
         if not 0 < self.develop_s < self.fail_after_s:
             raise ValueError(f"demo.develop_s={self.develop_s} must be in (0, fail_after_s)")
         if self.kind not in KINDS:
@@ -129,8 +131,8 @@ class Demo:
         try:
             url, service = self._start_service(work, receiver.url, secret)
             self.mark("service", "service up", f"{url}, SQLite store in a temporary directory; "
-                      f"alerts need the risk held {c.alert_persist_s:g} s (time-compressed "
-                      f"from {PolicyConfig().persist_s / 60:g} min)")
+                      f"alert lanes run {c.alert_time_compression:g}x faster, as the ramp does: "
+                      f"{_lanes(PolicyConfig().compressed(c.alert_time_compression))}")
             check.join()
             for item in summary.missing:
                 self.mark(item, "missing", item)
@@ -172,7 +174,7 @@ class Demo:
         env = {**os.environ, "FORESHOCK_SCORE_INTERVAL_S": str(self.config.score_interval_s),
                "FORESHOCK_ADMIN_TOKEN": ADMIN_TOKEN, "FORESHOCK_WEBHOOKS_FILE": str(hooks),
                "FORESHOCK_DRAIN_MIN_NODES": str(self.config.nodes - 1),
-               "FORESHOCK_ALERT_PERSIST_S": str(self.config.alert_persist_s),
+               "FORESHOCK_ALERT_TIME_COMPRESSION": str(self.config.alert_time_compression),
                "FORESHOCK_EXTERNAL_URL": f"http://127.0.0.1:{port}"}
         log = (work / "serve.log").open("wb")
         proc = subprocess.Popen([sys.executable, "-m", "api", "serve", "--db", self.db_url,
@@ -304,6 +306,12 @@ class Demo:
         except Exception:  # the table may not exist yet: the demo just waits
             return None
         return None if value is None else float(value)
+
+
+def _lanes(policy: PolicyConfig) -> str:
+    """``policy``'s lanes in words: 0.55 held 6 s, 0.65 held 4 s, ..."""
+    return ", ".join(f"{level:g} held {hold:g} s{' on a link' if kind else ''}"
+                     for level, hold, kind in policy.lanes if level is not None)
 
 
 def _missing_parts() -> list[str]:

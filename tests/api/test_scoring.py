@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from api import alert_state
 from api.app import create_app
-from api.scoring import JobState, score_all
+from api.scoring import JobState, policy_from, score_all
 from api.settings import Settings
 from collector.fleet_trace import FleetTrace
 from collector.store import Store
@@ -57,3 +59,17 @@ def test_service_starts_with_the_scoring_loop(sqlite_url: str) -> None:
     app = create_app(Settings(db_url=sqlite_url, score_interval_s=0.05))
     with TestClient(app) as client:
         assert client.get("/api/v1/risk").json() == {"risks": [], "count": 0}
+
+
+def test_the_alert_policy_runs_as_fast_as_the_settings_compress_time(monkeypatch) -> None:
+    # foreshock demo's service: every lane 150x faster, the levels as they are; a persistence
+    # given outright is taken as given; a compression of 0 is refused by name.
+    monkeypatch.setenv("FORESHOCK_ALERT_TIME_COMPRESSION", "150")
+    fast = policy_from(Settings())
+    assert (fast.persist_s, fast.mid_persist_s, fast.slow_persist_s) == (6.0, 10.0, 24.0)
+    assert (fast.fire_at, fast.mid_at) == (PolicyConfig().fire_at, PolicyConfig().mid_at)
+    monkeypatch.setenv("FORESHOCK_ALERT_PERSIST_S", "30")
+    assert (policy_from(Settings()).persist_s, policy_from(Settings()).mid_persist_s) == (30, 10)
+    monkeypatch.setenv("FORESHOCK_ALERT_TIME_COMPRESSION", "0")
+    with pytest.raises(ValidationError, match="alert_time_compression"):
+        Settings()

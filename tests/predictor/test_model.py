@@ -12,6 +12,7 @@ import skops.io as sio
 import typer
 from typer.testing import CliRunner
 
+from api.settings import Settings
 from predictor.backtest import run
 from predictor.feature_frames import ERROR_GROWTH, FEATURES_BY_KIND, MEMORY_EVENTS
 from predictor.features import FeatureEngine
@@ -227,21 +228,21 @@ def test_shipped_model_flags_a_fast_degradation_at_1s_sampling(spec: Spec,
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_shipped_model_alerts_in_time_on_the_demos_ecc_ramp(seed: int) -> None:
+def test_shipped_model_alerts_in_time_to_drain_on_the_demos_ecc_ramp(seed: int) -> None:
     # foreshock demo's scenario as tests/trainer/test_demo.py runs it, replayed offline in
     # seconds: node-c's GPU 0 grows corrected errors over 55 s, with XIDs 92 and 63, sampled
-    # every second and scored every 2 s under the demo's alert lane (0.55 held for 6 s). The
-    # service must alert early enough to checkpoint and drain (the demo takes 2-3 s). A model
-    # that reads the ramp 0.54 (round 43's candidate) passes every other test here and fails
-    # this one, and the demo (predictor/ROUNDS.md).
+    # every second and scored every 2 s under the demo's alert policy (the service's lanes 150x
+    # faster). Its alert must carry a risk that the drain policy acts on (0.5) early enough to
+    # checkpoint and drain (the demo takes 2-3 s), and the healthy nodes raise none.
     config = DemoConfig(fail_after_s=70.0, develop_s=55.0)
     trace, failure_at = demo_trace(config, seed=seed)
-    policy = PolicyConfig(persist_s=config.alert_persist_s)
+    policy = PolicyConfig().compressed(config.alert_time_compression)
     alerts = run(trace, RiskModel.load(), every_s=config.score_interval_s, policy=policy).alerts
     assert set(alerts["node"]) == {config.victim}
-    first = alerts.iloc[0]
-    assert first["gpu"] == config.gpu
-    assert first["ts"] <= failure_at - 10.0
+    assert alerts.iloc[0]["gpu"] == config.gpu
+    drain_at = Settings.model_fields["drain_risk_threshold"].default
+    drainable = alerts[alerts["score"] >= drain_at]
+    assert drainable["ts"].min() <= failure_at - 10.0
 
 
 def test_shipped_model_leaves_a_node_always_at_its_power_cap_alone() -> None:

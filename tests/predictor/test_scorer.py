@@ -289,6 +289,33 @@ def test_a_risk_that_climbs_slowly_fires_on_the_middle_lane() -> None:
         PolicyConfig(mid_persist_s=-5.0)
 
 
+def test_a_policy_on_a_faster_clock_acts_at_the_same_ticks() -> None:
+    # The same course of risk on 5-min ticks under the service's policy, and on 2-s ticks under
+    # that policy 150x faster (foreshock demo's): each lane fires, and the alert resolves, at
+    # the same tick. Each node is driven to a different lane: slow, middle, quick, main.
+    courses = {"slow": [0.3] * 14, "mid": [0.4] * 7, "quick": [0.7] * 4, "main": [0.6] * 5,
+               "resolved": [0.95] + [0.05] * 8}
+
+    def acts(config: PolicyConfig, tick_s: float) -> list[tuple[int, str, str]]:
+        policy = AlertPolicy(config=config)
+        n = max(len(c) for c in courses.values())
+        return [(i, tr.node, tr.action) for i in range(n)
+                for tr in policy.step(_frame([(node, 0, c[min(i, len(c) - 1)])
+                                              for node, c in courses.items()]), T0 + tick_s * i)
+                if tr.action != "update"]
+
+    usual = acts(PolicyConfig(), 300.0)
+    assert usual == acts(PolicyConfig().compressed(150.0), 2.0)
+    assert [(i, node) for i, node, action in usual if action == "fire"] == [
+        (0, "resolved"), (2, "quick"), (3, "main"), (5, "mid"), (12, "slow")]
+    assert (7, "resolved", "resolve") in usual
+    # On the faster clock without compression, nothing but the fire-at-once lane fires.
+    assert [(node, a) for _, node, a in acts(PolicyConfig(), 2.0)] == [("resolved", "fire")]
+    assert PolicyConfig().compressed(150.0).persist_s == 6.0
+    with pytest.raises(ValueError, match="compression"):
+        PolicyConfig().compressed(0.0)
+
+
 def test_an_open_alert_keeps_the_signals_that_last_drove_it() -> None:
     # Risks under the explain threshold come with no signals; the alert, still open on its
     # hysteresis, must not go out to on-call as "top signals: none".
