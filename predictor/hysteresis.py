@@ -120,10 +120,14 @@ class PolicyConfig:
             raise ValueError(f"policy time compression {factor} must be > 0")
         if factor == 1:
             return self
-        names = ("fire_now_hold_s", "persist_s", "quick_persist_s", "link_quick_persist_s",
-                 "slow_persist_s", "mid_persist_s", "resolve_after_s")
-        held = {n: getattr(self, n) for n in names}
-        return replace(self, **{n: None if v is None else v / factor for n, v in held.items()})
+        link = self.link_quick_persist_s
+        return replace(self, fire_now_hold_s=self.fire_now_hold_s / factor,
+                       persist_s=self.persist_s / factor,
+                       quick_persist_s=self.quick_persist_s / factor,
+                       link_quick_persist_s=None if link is None else link / factor,
+                       slow_persist_s=self.slow_persist_s / factor,
+                       mid_persist_s=self.mid_persist_s / factor,
+                       resolve_after_s=self.resolve_after_s / factor)
 
     def overridden(self, *, fire_at: float | None = None,
                    persist_s: float | None = None) -> PolicyConfig:
