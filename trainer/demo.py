@@ -171,7 +171,10 @@ class Demo:
         hooks = work / "webhooks.json"
         hooks.write_text(f'[{{"name": "demo", "url": "{receiver_url}", "secret": "{secret}"}}]')
         self.db_url = f"sqlite:///{work / 'foreshock.db'}"
-        env = {**os.environ, "FORESHOCK_SCORE_INTERVAL_S": str(self.config.score_interval_s),
+        # The demo's alert policy is wholly its own: a persistence set for a real service in
+        # this shell would hold its lanes for minutes.
+        inherited = {k: v for k, v in os.environ.items() if k != "FORESHOCK_ALERT_PERSIST_S"}
+        env = {**inherited, "FORESHOCK_SCORE_INTERVAL_S": str(self.config.score_interval_s),
                "FORESHOCK_ADMIN_TOKEN": ADMIN_TOKEN, "FORESHOCK_WEBHOOKS_FILE": str(hooks),
                "FORESHOCK_DRAIN_MIN_NODES": str(self.config.nodes - 1),
                "FORESHOCK_ALERT_TIME_COMPRESSION": str(self.config.alert_time_compression),
