@@ -171,8 +171,8 @@ class Demo:
         hooks = work / "webhooks.json"
         hooks.write_text(f'[{{"name": "demo", "url": "{receiver_url}", "secret": "{secret}"}}]')
         self.db_url = f"sqlite:///{work / 'foreshock.db'}"
-        # The demo's alert policy is wholly its own: a persistence set for a real service in
-        # this shell would hold its lanes for minutes.
+        # The demo sets its own alert holds: a persistence set for a real service in this shell
+        # would hold its main lane for minutes.
         inherited = {k: v for k, v in os.environ.items() if k != "FORESHOCK_ALERT_PERSIST_S"}
         env = {**inherited, "FORESHOCK_SCORE_INTERVAL_S": str(self.config.score_interval_s),
                "FORESHOCK_ADMIN_TOKEN": ADMIN_TOKEN, "FORESHOCK_WEBHOOKS_FILE": str(hooks),

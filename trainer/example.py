@@ -12,7 +12,6 @@ import logging
 import os
 import socket
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -25,7 +24,7 @@ from trainer.drain import Drained, exit_now
 from trainer.gpu import GpuReader
 from trainer.hook import TelemetryHook
 from trainer.resilience import Resilience, add_flags, flag_error
-from trainer.simulated_gpu import KINDS, SimulatedGpuReader
+from trainer.simulated_gpu import KINDS, SimulatedGpuReader, node_seed
 
 log = logging.getLogger("foreshock.example")
 
@@ -207,8 +206,7 @@ def injected_reader(args: argparse.Namespace, node: str) -> SimulatedGpuReader |
         return None
     kind, gpu, start, fail = args.inject
     # The hook's own simulated reader would use the same seed: only the degradation differs.
-    reader = SimulatedGpuReader(gpus=args.simulated_gpus,
-                                seed=args.seed ^ zlib.crc32(node.encode()))
+    reader = SimulatedGpuReader(gpus=args.simulated_gpus, seed=node_seed(args.seed, node))
     reader.inject(kind, gpu=gpu, start_at=start, failure_at=fail)
     return reader
 

@@ -18,7 +18,6 @@ import logging
 import os
 import socket
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from trainer.gpu import GpuReader, NvmlGpuReader
 from trainer.gpu_sampler import GpuSampler
 from trainer.probes import LinkProber, LinkResult, ProbePlan
 from trainer.profiler import StepProfiler
-from trainer.simulated_gpu import SimulatedGpuReader
+from trainer.simulated_gpu import SimulatedGpuReader, node_seed
 from trainer.step_window import StepWindow
 
 log = logging.getLogger(__name__)
@@ -192,8 +191,7 @@ class TelemetryHook:
     def _default_reader(self) -> GpuReader | None:
         c = self.config
         if c.gpu == "simulated":
-            return SimulatedGpuReader(gpus=c.simulated_gpus,
-                                      seed=c.seed ^ zlib.crc32(self.node.encode()))
+            return SimulatedGpuReader(gpus=c.simulated_gpus, seed=node_seed(c.seed, self.node))
         if c.gpu == "off":
             return None
         reader = NvmlGpuReader()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,12 @@ class _GpuState:
     xids_sent: set[str] = field(default_factory=set)
     sbe_seen: deque[tuple[float, float]] = field(default_factory=deque)
     """(time, single-bit count) over the last minute: what the driver's XID 92 reads."""
+
+
+def node_seed(seed: int, node: str) -> int:
+    """The seed of ``node``'s simulated GPUs in a run seeded ``seed``: the hook's own reader,
+    the example trainer's injected one, and tests that rebuild a run all draw the same GPUs."""
+    return seed ^ zlib.crc32(node.encode())
 
 
 class SimulatedGpuReader:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -15,7 +14,7 @@ from collector.fleet_trace import FleetTrace, TraceMeta, empty_frame
 from predictor.model import FitConfig, RiskModel
 from predictor.training import fit_traces
 from trainer.demo import DemoConfig
-from trainer.simulated_gpu import SimulatedGpuReader
+from trainer.simulated_gpu import SimulatedGpuReader, node_seed
 
 T0 = 1_767_225_600.0
 
@@ -250,8 +249,8 @@ def demo_trace(config: DemoConfig, *, seed: int) -> tuple[FleetTrace, float]:
     node_rows: list[tuple[float, str, float, float, float]] = []
     events: list[tuple[float, str, int, str, int]] = []
     for node in config.node_names:
-        now = [launch]  # the reader's clock
-        reader = SimulatedGpuReader(gpus=config.gpus_per_node, seed=zlib.crc32(node.encode()),
+        now = [launch]  # the reader's clock; seed 0: the example trainer's, which the demo keeps
+        reader = SimulatedGpuReader(gpus=config.gpus_per_node, seed=node_seed(0, node),
                                     clock=lambda now=now: now[0])
         if node == config.victim:
             reader.inject(config.kind, gpu=config.gpu, start_at=failure_at - config.develop_s,
