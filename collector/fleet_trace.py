@@ -72,6 +72,9 @@ class FleetTrace:
     """``ts,node,gpu,kind,code``; ``gpu`` is -1 for node events."""
     failures: pd.DataFrame | None = None
     """Ground truth ``ts,node,gpu,kind,precursor_s``; only loaded when asked for."""
+    events_exported: bool = True
+    """False when the source kept no event log (a trace without ``events.csv``): its XID counts
+    are unknown, not zero, and the features read them as missing."""
 
     def until(self, t: float) -> FleetTrace:
         """The rows with ``ts <= t``: what an online scorer could have seen at ``t``."""
@@ -82,6 +85,7 @@ class FleetTrace:
             links=self.links[self.links["ts"] <= t],
             events=self.events[self.events["ts"] <= t],
             failures=None,
+            events_exported=self.events_exported,
         )
 
 
@@ -208,6 +212,7 @@ def read_trace(root: Path | str, *, with_failures: bool = False) -> FleetTrace:
         links=frames["links.csv.gz"],
         events=events,
         failures=read_failures(root) if with_failures else None,
+        events_exported=(root / "events.csv").is_file(),
     )
 
 
@@ -235,7 +240,8 @@ def write_trace(root: Path | str, trace: FleetTrace) -> None:
         trace.node.to_csv(root / "node.csv.gz", index=False, compression=gz)
     if len(trace.links):
         trace.links.to_csv(root / "links.csv.gz", index=False, compression=gz)
-    if len(trace.events):
+    # An empty events.csv says "no events"; none at all says the source kept no event log.
+    if trace.events_exported:
         ev = trace.events.copy()
         ev["gpu"] = ev["gpu"].map(lambda g: "" if g < 0 else str(int(g)))
         ev["code"] = ev["code"].map(lambda c: "" if pd.isna(c) else str(int(c)))

@@ -9,7 +9,7 @@ is firing, so a long-lived alert still counts for a failure that comes late.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +52,7 @@ def run(trace: FleetTrace, model: Model, *, every_s: float = DEFAULT_EVERY_S,
         policy: PolicyConfig | None = None,
         progress: Callable[[int, int], None] | None = None) -> BacktestResult:
     """Replay ``trace`` and return the alerts the service would have raised."""
-    trace = FleetTrace(meta=trace.meta, gpu=trace.gpu, node=trace.node, links=trace.links,
-                       events=trace.events, failures=None)  # labels never reach the scorer
+    trace = replace(trace, failures=None)  # labels never reach the scorer
     scorer = Scorer(model)
     alerts = AlertPolicy(config=policy or policy_for(model))
     rows: list[tuple[float, str, int, str, float, str, float]] = []
@@ -99,7 +98,7 @@ def truncate(trace: FleetTrace, t: float) -> FleetTrace:
     meta = type(trace.meta)(start=trace.meta.start, end=min(trace.meta.end, t),
                             interval_s=trace.meta.interval_s, nodes=trace.meta.nodes,
                             gpus_per_node=trace.meta.gpus_per_node, extra=trace.meta.extra)
-    return FleetTrace(meta=meta, gpu=cut.gpu, node=cut.node, links=cut.links, events=cut.events)
+    return replace(cut, meta=meta)
 
 
 __all__ = ["ALERT_COLUMNS", "BacktestResult", "run", "truncate", "write_alerts"]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.features import GAUGE, POWER_SQ
-from predictor.streams import TAU_NAMES
+from predictor.streams import TAU_NAMES, EventCounts
 from predictor.sustained import SUSTAINED
 
 if TYPE_CHECKING:
@@ -301,7 +301,7 @@ def _gpu_frame(engine: FeatureEngine, t: float, stale_s: float, nominal: float,
     f["throttle_thermal_1h"] = m[:, 1, THR_T]
     f["throttle_thermal_dev"] = m[:, 0, THR_T] - group_median(m[:, 0, THR_T], codes)
     f["remap_pending_5m"] = m[:, 0, GAUGE["gpu.rows.remap.pending"]]
-    xid = engine.gpu_events.counts_for(keys, t)  # gpus x taus x (mem, nvlink, bus, other)
+    xid = _xid_counts(engine, engine.gpu_events, keys, t)  # gpus x taus x (mem, nvlink, bus, other)
     f["xid_mem_5m"], f["xid_mem_1h"], f["xid_mem_6h"] = xid[:, 0, 0], xid[:, 1, 0], xid[:, 2, 0]
     f["xid_nvlink_1h"], f["xid_nvlink_6h"] = xid[:, 1, 1], xid[:, 2, 1]
     f["xid_bus_1h"], f["xid_other_1h"] = xid[:, 1, 2], xid[:, 1, 3]
@@ -314,6 +314,13 @@ def _gpu_frame(engine: FeatureEngine, t: float, stale_s: float, nominal: float,
             np.full(len(live), np.nan))
     frame = pd.DataFrame({"node": names, "gpu": keys % 4096, **f})
     return frame.reindex(columns=["node", "gpu", *GPU_FEATURES])
+
+
+def _xid_counts(engine: FeatureEngine, events: EventCounts, keys: np.ndarray,
+                t: float) -> np.ndarray:
+    """XID counts of ``keys`` (keys x taus x classes); NaN where the fleet keeps no event log."""
+    counts = events.counts_for(keys, t)
+    return counts if engine.events_exported else np.full(counts.shape, np.nan)
 
 
 def _node_frame(engine: FeatureEngine, t: float, stale_s: float,
@@ -331,7 +338,7 @@ def _node_frame(engine: FeatureEngine, t: float, stale_s: float,
     f["node_stale_intervals"] = (t - w.last_ts[live]) / nominal
     names = engine.node_names.names(codes)
     all_codes = engine.node_names.codes(names) if len(names) else codes
-    xid = engine.node_events.counts_for(all_codes, t).sum(axis=2)
+    xid = _xid_counts(engine, engine.node_events, all_codes, t).sum(axis=2)
     f["xid_node_1h"], f["xid_node_6h"] = xid[:, 1], xid[:, 2]
     frame = pd.DataFrame({"node": names, **f})
     # Nodes with node-level XIDs but no training rows still deserve a row.

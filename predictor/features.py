@@ -120,6 +120,8 @@ class FeatureEngine:
         self.node_names = NodeNames()
         self.interval_s = interval_s
         self.events_until = -np.inf
+        self.events_exported = True
+        """False while the fleet keeps no event log: XID counts read as unknown (NaN), not 0."""
         self.t = -np.inf
         self.gpu_events = EventCounts(len(XID_CLASS_NAMES))
         self.node_events = EventCounts(len(XID_CLASS_NAMES))
@@ -162,6 +164,7 @@ class FeatureEngine:
             ts = lk["ts"].to_numpy(dtype=np.float64)
             self.links.ingest(keys, ts, np.zeros((len(lk), 0)), _columns(lk, LINK_GAUGES),
                               nominal_dt=max(self._link_nominal(ts, keys), 1.0))
+        self.events_exported = trace.events_exported
         self._ingest_events(trace.events, t)
 
     def _link_nominal(self, ts: np.ndarray, keys: np.ndarray) -> float:

@@ -7,6 +7,7 @@ At each scoring instant ``t`` the feature engine receives only the rows with
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -46,13 +47,13 @@ def replay(trace: FleetTrace, *, every_s: float = DEFAULT_EVERY_S,
     """Features at every scoring instant, each computed from rows at or before it."""
     engine = engine or FeatureEngine(interval_s=trace.meta.interval_s)
     # Out-of-order rows are legal in a trace; replay needs them in time order.
-    trace = FleetTrace(meta=trace.meta, gpu=_sorted(trace.gpu), node=_sorted(trace.node),
-                       links=_sorted(trace.links), events=_sorted(trace.events))
+    trace = replace(trace, gpu=_sorted(trace.gpu), node=_sorted(trace.node),
+                    links=_sorted(trace.links), events=_sorted(trace.events), failures=None)
     prev = -np.inf
     for t in ticks(trace, every_s):
         t = float(t)
-        chunk = FleetTrace(
-            meta=trace.meta,
+        chunk = replace(
+            trace,
             gpu=_slice(trace.gpu, prev, t), node=_slice(trace.node, prev, t),
             links=_slice(trace.links, prev, t), events=_slice(trace.events, prev, t),
         )

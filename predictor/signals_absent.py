@@ -47,4 +47,5 @@ def without(trace: FleetTrace, signals: tuple[str, ...] | list[str]) -> FleetTra
         frame = frames.get(attr, getattr(trace, attr))
         frames[attr] = (frame.drop(columns=[c for c in columns if c in frame.columns])
                         if columns else empty_frame(file))
-    return replace(trace, **frames)  # type: ignore[arg-type]  # frame names only
+    return replace(trace, **frames,  # type: ignore[arg-type]  # frame names only
+                   events_exported=trace.events_exported and "events" not in signals)

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -14,6 +15,22 @@ def _add_column(path: Path, **values: str | float) -> None:
     for name, value in values.items():
         df[name] = value
     df.to_csv(path, index=False)
+
+
+def test_a_trace_without_an_event_log_reads_as_one_and_an_empty_log_as_no_events(
+        tmp_path: Path) -> None:
+    # fleet-trace/1 makes events.csv optional: its absence means the source kept no XID log, an
+    # empty one that it kept a log with nothing in it. The two must survive a write and a read.
+    quiet = dataclasses.replace(small_trace(), events=small_trace().events.iloc[:0])
+    write_trace(tmp_path / "quiet", quiet)
+    assert (tmp_path / "quiet" / "events.csv").read_text().startswith("ts,node,gpu,kind,code")
+    back = read_trace(tmp_path / "quiet")
+    assert back.events_exported and len(back.events) == 0
+    write_trace(tmp_path / "bare", dataclasses.replace(quiet, events_exported=False))
+    assert not (tmp_path / "bare" / "events.csv").exists()
+    bare = read_trace(tmp_path / "bare")
+    assert not bare.events_exported and not bare.until(bare.meta.end).events_exported
+    assert read_trace(tmp_path / "quiet").gpu.equals(bare.gpu)
 
 
 def test_columns_no_reader_uses_are_left_out_with_a_warning_naming_them(

@@ -13,6 +13,7 @@ from predictor.feature_frames import GPU_FEATURES, LINK_FEATURES, NODE_FEATURES
 from predictor.features import FeatureEngine
 from predictor.replay import replay
 from predictor.scorer import explain_away
+from predictor.signals_absent import without
 from predictor.sustained import SUSTAINED
 from tests.predictor.conftest import T0, Spec, make_trace, probe_trace
 
@@ -63,6 +64,22 @@ def test_ecc_ramp_shows_as_rising_rate_and_memory_xids() -> None:
     bad, good = _gpu(feats, "n002", 3), _gpu(feats, "n002", 0)
     assert bad["sbe_rate_5m"] > bad["sbe_rate_6h"] > good["sbe_rate_6h"]
     assert bad["xid_mem_1h"] >= 2 and good["xid_mem_1h"] == 0
+
+
+def test_xid_counts_of_a_fleet_without_an_event_log_are_unknown_not_zero() -> None:
+    # A DCGM history with no XID log says nothing about XIDs: counted as 0, a failing GPU would
+    # read as one that raised none, so its counts are missing and the counters speak alone.
+    trace = make_trace(Spec(ecc_ramp=("n002", 3, 3.0, 6.0)))
+    bare = _features_at(without(trace, ["events"]), 5.0)
+    xids = [c for c in GPU_FEATURES if c.startswith("xid_")]
+    assert bare.gpu[xids].isna().all().all()
+    assert bare.node[["xid_node_1h", "xid_node_6h"]].isna().all().all()
+    plain = _features_at(trace, 5.0)
+    assert _gpu(plain, "n002", 3)["xid_mem_1h"] >= 2
+    assert _gpu(bare, "n002", 3)["sbe_rate_5m"] == _gpu(plain, "n002", 3)["sbe_rate_5m"]
+    # A log that is kept and empty still counts: none in it means none happened.
+    quiet = _features_at(dataclasses.replace(trace, events=trace.events.iloc[:0]), 5.0)
+    assert (quiet.gpu[xids] == 0).all().all()
 
 
 def test_a_growing_error_rate_rises_and_a_steady_benign_one_does_not() -> None:
