@@ -136,6 +136,7 @@ def backtest(
     from predictor import backtest as bt
     from predictor.model import ModelFormatError
     from predictor.scorer import load_model
+    from predictor.signals_absent import missing
 
     console = Console(stderr=True, soft_wrap=True)
     if every <= 0:
@@ -146,6 +147,8 @@ def backtest(
         scorer_model = load_model(model)
     except (ValueError, ModelFormatError) as exc:
         raise typer.BadParameter(str(exc)) from exc
+    for note in missing(data):
+        console.print(f"note: {trace}: {note} (predictor/README.md: fleets that export less)")
     with Progress(TextColumn("backtest"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeRemainingColumn(), console=console, transient=True) as bar:
         task = bar.add_task("ticks", total=None)

@@ -49,3 +49,23 @@ def without(trace: FleetTrace, signals: tuple[str, ...] | list[str]) -> FleetTra
                         if columns else empty_frame(file))
     return replace(trace, **frames,  # type: ignore[arg-type]  # frame names only
                    events_exported=trace.events_exported and "events" not in signals)
+
+
+def missing(trace: FleetTrace) -> list[str]:
+    """What ``trace`` does not export that the model reads, each with what its absence costs
+    (measured in predictor/README.md, "Fleets that export less"): notes for a backtest to show
+    before its figures are taken as the model's."""
+    notes = []
+    if not trace.events_exported:
+        notes.append("no events.csv: XID counts read as unknown, so a failure that shows first "
+                     "in its XIDs (a short ECC ramp) is warned of later or missed")
+    if not len(trace.node):
+        notes.append("no node.csv (no training hook): without step times a node under a lower "
+                     "power limit can read as a failing supply, and false alerts rise")
+    if not len(trace.links):
+        notes.append("no links.csv: no link probes, so a failing NIC or cable shows only when "
+                     "it slows the job")
+    elif "net.link.latency" not in trace.links.columns:
+        notes.append("links.csv has no net.link.latency: links read on bandwidth alone, and a "
+                     "failing NIC is warned of later or missed")
+    return notes
