@@ -64,6 +64,11 @@ def import_trace(
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
     job = job or str(trace.meta.extra.get("job") or trace_dir.resolve().name)
+    if not trace.events_exported:
+        console.print(f"note: {trace_dir} has no events.csv (no XID log). The store keeps no "
+                      f"mark of that: the service, and `foreshock export` of job {job!r}, will "
+                      "read it as a job that raised no XIDs. Backtest the trace directory "
+                      "itself to score it with XID counts unknown.", highlight=False)
     total = int(trace.gpu[[c for c in trace.gpu.columns if c in GPU_COLUMNS
                            or c.startswith("gpu.")]].notna().sum().sum())
     total += int(trace.node.iloc[:, 2:].notna().sum().sum()) if len(trace.node) else 0

@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +35,20 @@ def test_import_then_export_round_trips_a_fleet_trace(store_url: str, tmp_path: 
     window = original.node[(original.node["ts"] >= T0 + 50) & (original.node["ts"] <= T0 + 99)]
     pd.testing.assert_frame_equal(back.node.reset_index(drop=True),
                                   window.reset_index(drop=True), check_dtype=False)
+
+
+def test_import_of_a_trace_without_an_event_log_says_the_store_will_read_none(
+        sqlite_url: str, tmp_path: Path) -> None:
+    # The store has no place for "this fleet kept no XID log", so the user is told what the
+    # service and an export will make of the job, and where the difference is kept.
+    for name, trace in (("kept", small_trace()),
+                        ("bare", dataclasses.replace(small_trace(), events_exported=False))):
+        write_trace(tmp_path / name, trace)
+        done = CliRunner().invoke(_app(), ["import", str(tmp_path / name), "--db", sqlite_url,
+                                           "--job", name])
+        assert done.exit_code == 0, done.output
+        assert ("has no events.csv" in done.output) == (name == "bare"), done.output
+    assert "job 'bare', will read it as a job that raised no XIDs" in " ".join(done.output.split())
 
 
 def test_import_of_a_broken_trace_names_the_file(sqlite_url: str, tmp_path: Path) -> None:
