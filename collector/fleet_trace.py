@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -78,14 +78,13 @@ class FleetTrace:
 
     def until(self, t: float) -> FleetTrace:
         """The rows with ``ts <= t``: what an online scorer could have seen at ``t``."""
-        return FleetTrace(
-            meta=self.meta,
+        return replace(
+            self,
             gpu=self.gpu[self.gpu["ts"] <= t],
             node=self.node[self.node["ts"] <= t],
             links=self.links[self.links["ts"] <= t],
             events=self.events[self.events["ts"] <= t],
             failures=None,
-            events_exported=self.events_exported,
         )
 
 
