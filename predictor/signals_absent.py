@@ -51,21 +51,37 @@ def without(trace: FleetTrace, signals: tuple[str, ...] | list[str]) -> FleetTra
                    events_exported=trace.events_exported and "events" not in signals)
 
 
+def absent(trace: FleetTrace) -> list[str]:
+    """The signals of ``ABSENT`` that ``trace`` does not export: ``without``'s inverse reading.
+    A whole file counts as absent when it has no rows (``events.csv`` when no log was kept, as an
+    empty log says that no event happened), columns when none of them is there."""
+    gone = []
+    for name, (file, columns) in ABSENT.items():
+        frame = getattr(trace, FRAME_OF[file])
+        if columns:
+            lacking = not set(columns) & set(frame.columns)
+        else:
+            lacking = not trace.events_exported if file == "events.csv" else not len(frame)
+        if lacking:
+            gone.append(name)
+    return gone
+
+
+NOTES: dict[str, str] = {
+    "events": "no events.csv: XID counts read as unknown, so a failure that shows first in its "
+              "XIDs (a short ECC ramp) is warned of later or missed",
+    "node": "no node.csv (no training hook): without step times a node under a lower power "
+            "limit can read as a failing supply, and false alerts rise",
+    "links": "no links.csv: no link probes, so a failing NIC or cable shows only when it slows "
+             "the job",
+    "latency": "links.csv has no net.link.latency: links read on bandwidth alone, and a failing "
+               "NIC is warned of later or missed",
+}
+"""Signal -> what its absence costs (measured in predictor/README.md, "Fleets that export
+less"), for the signals whose absence moved the figures."""
+
+
 def missing(trace: FleetTrace) -> list[str]:
-    """What ``trace`` does not export that the model reads, each with what its absence costs
-    (measured in predictor/README.md, "Fleets that export less"): notes for a backtest to show
-    before its figures are taken as the model's."""
-    notes = []
-    if not trace.events_exported:
-        notes.append("no events.csv: XID counts read as unknown, so a failure that shows first "
-                     "in its XIDs (a short ECC ramp) is warned of later or missed")
-    if not len(trace.node):
-        notes.append("no node.csv (no training hook): without step times a node under a lower "
-                     "power limit can read as a failing supply, and false alerts rise")
-    if not len(trace.links):
-        notes.append("no links.csv: no link probes, so a failing NIC or cable shows only when "
-                     "it slows the job")
-    elif "net.link.latency" not in trace.links.columns:
-        notes.append("links.csv has no net.link.latency: links read on bandwidth alone, and a "
-                     "failing NIC is warned of later or missed")
-    return notes
+    """Notes on what ``trace`` does not export that the model reads (``NOTES``), for a backtest
+    to show before its figures are taken as the model's."""
+    return [NOTES[name] for name in absent(trace) if name in NOTES]

@@ -1,6 +1,6 @@
 import pytest
 
-from predictor.signals_absent import ABSENT, FRAME_OF, without
+from predictor.signals_absent import ABSENT, FRAME_OF, absent, without
 from tests.predictor.conftest import Spec, make_trace
 
 
@@ -24,5 +24,8 @@ def test_every_named_signal_can_be_taken_out_and_a_stray_name_is_refused() -> No
         file, columns = ABSENT[name]
         frame = getattr(without(trace, [name]), FRAME_OF[file])
         assert (len(frame) == 0) if not columns else not set(columns) & set(frame.columns)
+        # absent() reads back what without() took out, and nothing the trace still exports.
+        assert set(absent(without(trace, [name]))) == {*absent(trace), name}
+    assert absent(trace) == ["remap"]  # make_trace's GPUs have no row-remap counters
     with pytest.raises(ValueError, match=r"unknown signal 'dcgm'.*latency"):
         without(trace, ["dcgm"])
