@@ -25,7 +25,12 @@ def demo(
         help="Keep the run's store, logs and checkpoints in this directory (default: a "
         "temporary directory, deleted at the end).")] = None,
 ) -> None:
-    """Run the whole loop on this machine: predict a GPU failure, checkpoint, drain, resume."""
+    """Run the whole loop on this machine: predict a GPU failure, checkpoint, drain, resume.
+
+    The demo's service ignores the shell's FORESHOCK_* settings (Alertmanager, drain command,
+    tokens, alert and drain policy), so it never reaches a real scheduler or pager; only
+    FORESHOCK_MODEL_PATH is honoured, to show another model on the same scenario.
+    """
     from rich.console import Console
 
     from trainer.demo import Demo, DemoConfig

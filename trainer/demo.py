@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from trainer.simulated_gpu import KINDS
 
 JOB = "demo"
 ADMIN_TOKEN = "demo-admin-token"
+_DEMO_INHERITS = frozenset({"FORESHOCK_MODEL_PATH"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,10 +172,8 @@ class Demo:
         hooks = work / "webhooks.json"
         hooks.write_text(f'[{{"name": "demo", "url": "{receiver_url}", "secret": "{secret}"}}]')
         self.db_url = f"sqlite:///{work / 'foreshock.db'}"
-        # The demo sets its own alert holds: a persistence set for a real service in this shell
-        # would hold its main lane for minutes.
-        inherited = {k: v for k, v in os.environ.items() if k != "FORESHOCK_ALERT_PERSIST_S"}
-        env = {**inherited, "FORESHOCK_SCORE_INTERVAL_S": str(self.config.score_interval_s),
+        env = {**service_environ(os.environ),
+               "FORESHOCK_SCORE_INTERVAL_S": str(self.config.score_interval_s),
                "FORESHOCK_ADMIN_TOKEN": ADMIN_TOKEN, "FORESHOCK_WEBHOOKS_FILE": str(hooks),
                "FORESHOCK_DRAIN_MIN_NODES": str(self.config.nodes - 1),
                "FORESHOCK_ALERT_TIME_COMPRESSION": str(self.config.alert_time_compression),
@@ -309,6 +308,15 @@ class Demo:
         except Exception:  # the table may not exist yet: the demo just waits
             return None
         return None if value is None else float(value)
+
+
+def service_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the settings of a real service: a shell set up for one would point
+    the demo's service at its Alertmanager and scheduler (``FORESHOCK_ALERTMANAGER_URL``,
+    ``FORESHOCK_DRAIN_COMMAND``), demand a token the demo's trainers do not send, or hold and
+    cap the alerts and drains it shows. Only the model (``FORESHOCK_MODEL_PATH``) is kept."""
+    return {k: v for k, v in environ.items()
+            if not k.startswith("FORESHOCK_") or k in _DEMO_INHERITS}
 
 
 def _lanes(policy: PolicyConfig) -> str:

@@ -5,6 +5,7 @@ nodes losing no step. Nothing is left behind."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -37,13 +38,20 @@ def _demo_dirs() -> set[str]:
 
 # The prediction races the injected failure in real time: another test loading the CPU can
 # delay the flag past it (seen once with two test processes), so it runs alone.
+# It runs from a shell set up for a real service: the demo must neither need nor touch it.
 @pytest.mark.serial
-def test_demo_flags_drains_and_resumes_losing_no_step() -> None:
+def test_demo_flags_drains_and_resumes_losing_no_step(tmp_path: Path) -> None:
     before = _demo_dirs()
+    drained_for_real = tmp_path / "scheduler-was-called"
+    shell = {**os.environ,
+             "FORESHOCK_INGEST_TOKEN": "a-real-services-token",
+             "FORESHOCK_DRAIN_COMMAND": f"touch {drained_for_real}",
+             "FORESHOCK_DRAIN_MAX_PER_HOUR": "0", "FORESHOCK_ALERT_FIRE_AT": "0.99",
+             "FORESHOCK_ALERT_PERSIST_S": "900"}
     proc = subprocess.run(
         [sys.executable, "-m", "api", "demo", "--json", "--fail-after", "70", "--develop", "55",
          "--timeout", "170"],
-        capture_output=True, text=True, timeout=220, check=False)
+        capture_output=True, text=True, timeout=220, check=False, env=shell)
     assert proc.stdout.strip(), proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     what = [m["what"] for m in summary["timeline"]]
@@ -61,6 +69,7 @@ def test_demo_flags_drains_and_resumes_losing_no_step() -> None:
     assert summary["reactive"]["steps_lost"] >= 0
     assert _leftovers() == []
     assert _demo_dirs() - before == set()  # its temporary directory is gone
+    assert not drained_for_real.exists()  # the shell's scheduler command was never run
 
 
 def test_demo_refuses_a_scenario_that_cannot_work() -> None:
