@@ -39,8 +39,10 @@ def export_trace(
             write_trace(trace_dir, trace)
     finally:
         store.close()
+    events = f"{len(trace.events)} events" if trace.events_exported else \
+        "no events.csv (the job was imported without an XID log)"
     console.print(f"exported {len(trace.gpu)} GPU samples, {len(trace.node)} node rows, "
-                  f"{len(trace.links)} link probes, {len(trace.events)} events "
+                  f"{len(trace.links)} link probes, {events} "
                   f"({len(trace.meta.nodes)} nodes) to {trace_dir}")
 
 
@@ -65,10 +67,10 @@ def import_trace(
         raise typer.Exit(2) from exc
     job = job or str(trace.meta.extra.get("job") or trace_dir.resolve().name)
     if not trace.events_exported:
-        console.print(f"note: {trace_dir} has no events.csv (no XID log). The store keeps no "
-                      f"mark of that: the service, and `foreshock export` of job {job!r}, will "
-                      "read it as a job that raised no XIDs. Backtest the trace directory "
-                      "itself to score it with XID counts unknown.", highlight=False)
+        console.print(f"note: {trace_dir} has no events.csv (no XID log): job {job!r} is "
+                      "marked so in the store, and the service scores it with XID counts "
+                      "unknown, not zero (`foreshock export` writes it without events.csv).",
+                      highlight=False)
     total = int(trace.gpu[[c for c in trace.gpu.columns if c in GPU_COLUMNS
                            or c.startswith("gpu.")]].notna().sum().sum())
     total += int(trace.node.iloc[:, 2:].notna().sum().sum()) if len(trace.node) else 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 from sqlalchemy import (
     REAL,
     BigInteger,
+    Boolean,
     Float,
     ForeignKey,
     Index,
@@ -187,3 +188,17 @@ class MaintenanceState(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[float] = mapped_column(Float)
+
+
+class JobRecord(Base):
+    """What the store knows of a job beyond its data; a job without a row exported everything.
+
+    ``events_exported`` is false for a job loaded from a fleet trace without ``events.csv``: its
+    source kept no XID log, so its XID counts are unknown, not zero (``foreshock import``).
+    """
+
+    __tablename__ = "jobs"
+
+    job: Mapped[str] = mapped_column(String(128), primary_key=True)
+    events_exported: Mapped[bool] = mapped_column(Boolean)
+    updated_at: Mapped[float] = mapped_column(Float)

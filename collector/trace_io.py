@@ -3,12 +3,13 @@
 Reading maps the tables onto the frames of ``fleet-trace/1``: ``gpu`` from ``gpu_samples``,
 ``node`` as the per-node mean over its ranks of the ``train.*`` durations at each sample time
 (a histogram's mean is sum/count over the interval), ``links`` from ``net.link.*`` (node -> peer)
-and ``events`` from ``events``.
+and ``events`` from ``events``; whether the job kept an XID log at all from ``jobs``.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +148,7 @@ def read_store_trace(store: Store, *, job: str | None, start: float | None,
         events = _read_events(conn, *_where(job, start, end, "ev.ts"))
         nodes_sql = "SELECT DISTINCT node FROM entities" + (" WHERE job = :job" if job else "")
         nodes = sorted(n for (n,) in conn.execute(text(nodes_sql), {"job": job}) if n)
+        events_exported = _events_exported(conn, job)
     all_ts = [f["ts"] for f in (gpu, node, links, events) if len(f)]
     lo = min(float(t.min()) for t in all_ts) if all_ts else 0.0
     hi = max(float(t.max()) for t in all_ts) if all_ts else 0.0
@@ -162,7 +164,21 @@ def read_store_trace(store: Store, *, job: str | None, start: float | None,
         end=float(end) if end is not None and math.isfinite(end) and end >= lo else hi,
         interval_s=interval, nodes=tuple(nodes), gpus_per_node=gpus_per_node,
         extra={"job": job} if job else {})
-    return FleetTrace(meta=meta, gpu=gpu, node=node, links=links, events=events)
+    return FleetTrace(meta=meta, gpu=gpu, node=node, links=links, events=events,
+                      events_exported=events_exported)
+
+
+def _events_exported(conn: Any, job: str | None) -> bool:
+    """Whether ``job``'s source kept an XID log (a job without a ``jobs`` row did). All jobs
+    at once read as kept unless none of them kept one: their events are then written out."""
+    if job is not None:
+        marks = [m for (m,) in conn.execute(
+            text("SELECT events_exported FROM jobs WHERE job = :job"), {"job": job})]
+    else:
+        marks = [m for (m,) in conn.execute(text(
+            "SELECT j.events_exported FROM (SELECT DISTINCT job FROM entities) e "
+            "LEFT JOIN jobs j ON j.job = e.job"))]
+    return not marks or any(m is None or bool(m) for m in marks)
 
 
 def _value(v: Any) -> float | None:
@@ -251,4 +267,11 @@ def write_store_trace(store: Store, trace: FleetTrace, *, job: str,
         written += store.write(batch).accepted
         if progress is not None:
             progress(batch.accepted)
+    # The last trace loaded into a job says whether its source kept an XID log.
+    with store.engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO jobs (job, events_exported, updated_at) VALUES (:job, :e, :now) "
+            "ON CONFLICT (job) DO UPDATE SET events_exported = excluded.events_exported, "
+            "updated_at = excluded.updated_at"),
+            {"job": job, "e": trace.events_exported, "now": time.time()})
     return written

@@ -14,10 +14,12 @@ from api.scoring import JobState, policy_from, score_all
 from api.settings import Settings
 from collector.fleet_trace import FleetTrace
 from collector.store import Store
+from predictor.feature_frames import GPU_FEATURES
 from predictor.hysteresis import AlertPolicy, PolicyConfig
 from predictor.model import RiskModel
 from predictor.risk_scores import history
 from predictor.scorer import Scorer
+from predictor.signals_absent import without
 from tests.predictor.conftest import T0, Spec, make_trace
 
 
@@ -52,6 +54,32 @@ def test_scoring_tick_writes_risks_fires_and_later_resolves(sqlite_url: str) -> 
     score_all(store, scorer, jobs, now=now + 3600, window_s=6 * 3600, interval_s=30)
     with store.session() as s:
         assert alert_state.firing_alerts(s, job="train") == []
+    store.close()
+
+
+def test_a_job_imported_without_an_event_log_is_scored_with_xid_counts_unknown(
+        store_url: str) -> None:
+    # Its trace kept no XID log: the service must not read that as GPUs that raised none, the
+    # way `foreshock backtest` of the trace directory does not.
+    store = Store.open(store_url)
+    trace = make_trace(Spec(nodes=3, gpus=4, hours=1.0, interval_s=10.0,
+                            ecc_ramp=("n002", 1, 0.5, 1.2)))
+    now = 1_800_000_000.0
+    shifted = _shifted(trace, now - (T0 + 3600))
+    assert len(shifted.events)
+    store.write_trace(shifted, job="kept")
+    store.write_trace(without(shifted, ["events"]), job="bare")
+    scorer = Scorer(RiskModel.load())
+    jobs = {job: JobState() for job in ("kept", "bare")}
+    score_all(store, scorer, jobs, now=now, window_s=6 * 3600, interval_s=30)
+    xids = [c for c in GPU_FEATURES if c.startswith("xid_")]
+    kept, bare = (jobs[job].engine.features(now) for job in ("kept", "bare"))
+    assert bare.gpu[xids].isna().all().all()
+    assert bare.node[["xid_node_1h", "xid_node_6h"]].isna().all().all()
+    assert kept.gpu[xids].notna().all().all()
+    assert kept.gpu.set_index(["node", "gpu"]).loc[("n002", 1), "xid_mem_1h"] >= 1
+    with store.session() as s:  # and it is still scored
+        assert {r.node for r in history(s, job="bare")} == {"n000", "n001", "n002"}
     store.close()
 
 

@@ -37,18 +37,35 @@ def test_import_then_export_round_trips_a_fleet_trace(store_url: str, tmp_path: 
                                   window.reset_index(drop=True), check_dtype=False)
 
 
-def test_import_of_a_trace_without_an_event_log_says_the_store_will_read_none(
-        sqlite_url: str, tmp_path: Path) -> None:
-    # The store has no place for "this fleet kept no XID log", so the user is told what the
-    # service and an export will make of the job, and where the difference is kept.
+def test_a_job_imported_without_an_event_log_exports_without_one(store_url: str,
+                                                                  tmp_path: Path) -> None:
+    # A fleet that kept no XID log is not one that raised none: the store keeps which it was,
+    # so an export gives back no events.csv, not an empty one, until a trace with a log is
+    # loaded into the job.
+    runner = CliRunner()
     for name, trace in (("kept", small_trace()),
                         ("bare", dataclasses.replace(small_trace(), events_exported=False))):
         write_trace(tmp_path / name, trace)
-        done = CliRunner().invoke(_app(), ["import", str(tmp_path / name), "--db", sqlite_url,
-                                           "--job", name])
+        done = runner.invoke(_app(), ["import", str(tmp_path / name), "--db", store_url,
+                                      "--job", name])
         assert done.exit_code == 0, done.output
         assert ("has no events.csv" in done.output) == (name == "bare"), done.output
-    assert "job 'bare', will read it as a job that raised no XIDs" in " ".join(done.output.split())
+    assert "unknown, not zero" in " ".join(done.output.split())
+    for name in ("kept", "bare"):
+        done = runner.invoke(_app(), ["export", str(tmp_path / f"out-{name}"), "--db", store_url,
+                                      "--job", name])
+        assert done.exit_code == 0, done.output
+        assert read_trace(tmp_path / f"out-{name}").events_exported == (name == "kept")
+    assert "no events.csv" in done.output
+    kept = read_trace(tmp_path / "out-kept")
+    assert len(kept.events) == len(small_trace().events) > 0
+    # Both jobs at once: the events that were kept are written out.
+    runner.invoke(_app(), ["export", str(tmp_path / "all"), "--db", store_url])
+    assert read_trace(tmp_path / "all").events_exported
+    # Loading the job again from a trace with its log marks it as kept.
+    runner.invoke(_app(), ["import", str(tmp_path / "kept"), "--db", store_url, "--job", "bare"])
+    runner.invoke(_app(), ["export", str(tmp_path / "again"), "--db", store_url, "--job", "bare"])
+    assert read_trace(tmp_path / "again").events_exported
 
 
 def test_import_of_a_broken_trace_names_the_file(sqlite_url: str, tmp_path: Path) -> None:
