@@ -201,4 +201,7 @@ class JobRecord(Base):
 
     job: Mapped[str] = mapped_column(String(128), primary_key=True)
     events_exported: Mapped[bool] = mapped_column(Boolean)
+    through: Mapped[float] = mapped_column(Float)
+    """End of the last trace loaded into the job (Unix s). The mark covers data up to it: data
+    after it came from another source, such as a live hook, which reports XIDs."""
     updated_at: Mapped[float] = mapped_column(Float)

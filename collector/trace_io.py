@@ -148,10 +148,10 @@ def read_store_trace(store: Store, *, job: str | None, start: float | None,
         events = _read_events(conn, *_where(job, start, end, "ev.ts"))
         nodes_sql = "SELECT DISTINCT node FROM entities" + (" WHERE job = :job" if job else "")
         nodes = sorted(n for (n,) in conn.execute(text(nodes_sql), {"job": job}) if n)
-        events_exported = _events_exported(conn, job)
-    all_ts = [f["ts"] for f in (gpu, node, links, events) if len(f)]
-    lo = min(float(t.min()) for t in all_ts) if all_ts else 0.0
-    hi = max(float(t.max()) for t in all_ts) if all_ts else 0.0
+        all_ts = [f["ts"] for f in (gpu, node, links, events) if len(f)]
+        lo = min(float(t.min()) for t in all_ts) if all_ts else 0.0
+        hi = max(float(t.max()) for t in all_ts) if all_ts else 0.0
+        events_exported = _events_exported(conn, job, hi)
     interval = 10.0
     if len(gpu) > 1:
         diffs = gpu.sort_values(["node", "gpu", "ts"]).groupby(["node", "gpu"])["ts"].diff()
@@ -168,17 +168,19 @@ def read_store_trace(store: Store, *, job: str | None, start: float | None,
                       events_exported=events_exported)
 
 
-def _events_exported(conn: Any, job: str | None) -> bool:
-    """Whether ``job``'s source kept an XID log (a job without a ``jobs`` row did). All jobs
+def _events_exported(conn: Any, job: str | None, hi: float) -> bool:
+    """Whether the data read, up to ``hi``, kept an XID log: a job without a ``jobs`` row did,
+    and so does data past the end of the trace imported without one (a live hook's). All jobs
     at once read as kept unless none of them kept one: their events are then written out."""
     if job is not None:
-        marks = [m for (m,) in conn.execute(
-            text("SELECT events_exported FROM jobs WHERE job = :job"), {"job": job})]
+        marks = list(conn.execute(
+            text("SELECT events_exported, through FROM jobs WHERE job = :job"), {"job": job}))
     else:
-        marks = [m for (m,) in conn.execute(text(
-            "SELECT j.events_exported FROM (SELECT DISTINCT job FROM entities) e "
-            "LEFT JOIN jobs j ON j.job = e.job"))]
-    return not marks or any(m is None or bool(m) for m in marks)
+        marks = list(conn.execute(text(
+            "SELECT j.events_exported, j.through FROM (SELECT DISTINCT job FROM entities) e "
+            "LEFT JOIN jobs j ON j.job = e.job")))
+    return not marks or any(kept is None or bool(kept) or hi > through
+                            for kept, through in marks)
 
 
 def _value(v: Any) -> float | None:
@@ -270,8 +272,10 @@ def write_store_trace(store: Store, trace: FleetTrace, *, job: str,
     # The last trace loaded into a job says whether its source kept an XID log.
     with store.engine.begin() as conn:
         conn.execute(text(
-            "INSERT INTO jobs (job, events_exported, updated_at) VALUES (:job, :e, :now) "
-            "ON CONFLICT (job) DO UPDATE SET events_exported = excluded.events_exported, "
+            "INSERT INTO jobs (job, events_exported, through, updated_at) "
+            "VALUES (:job, :e, :through, :now) ON CONFLICT (job) DO UPDATE SET "
+            "events_exported = excluded.events_exported, through = excluded.through, "
             "updated_at = excluded.updated_at"),
-            {"job": job, "e": trace.events_exported, "now": time.time()})
+            {"job": job, "e": trace.events_exported, "through": trace.meta.end,
+             "now": time.time()})
     return written

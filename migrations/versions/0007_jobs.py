@@ -19,6 +19,7 @@ def upgrade() -> None:
         "jobs",
         sa.Column("job", sa.String(128), primary_key=True),
         sa.Column("events_exported", sa.Boolean, nullable=False),
+        sa.Column("through", sa.Float, nullable=False),
         sa.Column("updated_at", sa.Float, nullable=False),
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -14,6 +15,7 @@ from api.scoring import JobState, policy_from, score_all
 from api.settings import Settings
 from collector.fleet_trace import FleetTrace
 from collector.store import Store
+from collector.trace_io import trace_batches
 from predictor.feature_frames import GPU_FEATURES
 from predictor.hysteresis import AlertPolicy, PolicyConfig
 from predictor.model import RiskModel
@@ -28,7 +30,8 @@ def _shifted(trace: FleetTrace, dt: float) -> FleetTrace:
         f = f.copy()
         f["ts"] = f["ts"] + dt
         return f
-    return FleetTrace(meta=trace.meta, gpu=sh(trace.gpu), node=sh(trace.node),
+    meta = dataclasses.replace(trace.meta, start=trace.meta.start + dt, end=trace.meta.end + dt)
+    return FleetTrace(meta=meta, gpu=sh(trace.gpu), node=sh(trace.node),
                       links=sh(trace.links), events=sh(trace.events))
 
 
@@ -60,7 +63,8 @@ def test_scoring_tick_writes_risks_fires_and_later_resolves(sqlite_url: str) -> 
 def test_a_job_imported_without_an_event_log_is_scored_with_xid_counts_unknown(
         store_url: str) -> None:
     # Its trace kept no XID log: the service must not read that as GPUs that raised none, the
-    # way `foreshock backtest` of the trace directory does not.
+    # way `foreshock backtest` of the trace directory does not; live data after it is read as it
+    # comes.
     store = Store.open(store_url)
     trace = make_trace(Spec(nodes=3, gpus=4, hours=1.0, interval_s=10.0,
                             ecc_ramp=("n002", 1, 0.5, 1.2)))
@@ -80,6 +84,13 @@ def test_a_job_imported_without_an_event_log_is_scored_with_xid_counts_unknown(
     assert kept.gpu.set_index(["node", "gpu"]).loc[("n002", 1), "xid_mem_1h"] >= 1
     with store.session() as s:  # and it is still scored
         assert {r.node for r in history(s, job="bare")} == {"n000", "n001", "n002"}
+    # The job then streams live, as a hook does, which reports XIDs: they count again.
+    for batch in trace_batches(_shifted(trace, now + 600 - T0), job="bare"):
+        store.write(batch)
+    score_all(store, scorer, jobs, now=now + 4200, window_s=6 * 3600, interval_s=30)
+    live = jobs["bare"].engine.features(now + 4200)
+    assert live.gpu[xids].notna().all().all()
+    assert live.gpu.set_index(["node", "gpu"]).loc[("n002", 1), "xid_mem_1h"] >= 1
     store.close()
 
 
