@@ -1,4 +1,5 @@
-"""The predictor's data commands: ``generate-trace`` (labelled synthetic traces), ``evaluate``."""
+"""The predictor's data commands: ``generate-trace`` (labelled synthetic traces), ``evaluate``
+and ``goodput`` (alerts priced in training time)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from predictor.evaluate import EvaluationReport
+    from predictor.goodput import Goodput
 
 
 _MAPPINGS = ("mix", "precursor_share", "precursor_shapes")
@@ -285,7 +287,102 @@ def _report_table(report: EvaluationReport, *, title: str) -> Table:
     return table
 
 
+def _labelled(spec: str) -> tuple[str, Path]:
+    """``"rules=r.csv"`` -> ("rules", r.csv); a bare path is labelled by its file name."""
+    label, sep, path = spec.partition("=")
+    return (label, Path(path)) if sep and label else (Path(spec).stem, Path(spec))
+
+
+def goodput_cmd(
+    trace_dir: Annotated[Path, typer.Argument(
+        help="Fleet-trace directory with failures.csv (the ground truth).")],
+    alerts: Annotated[list[str], typer.Option(
+        help="alerts.csv of a backtest, as LABEL=PATH or PATH (labelled by its file name); "
+             "repeat it to compare several, e.g. --alerts model=a.csv --alerts rules=r.csv.")],
+    plot_path: Annotated[Path | None, typer.Option(
+        "--plot", help="Also draw the GPU-hours each scenario loses, by cause, as a PNG.")]
+    = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    checkpoint_every: Annotated[float, typer.Option(
+        help="Seconds between the job's periodic checkpoints: an unwarned failure loses half "
+             "of it on every GPU, on average.")] = 1800.0,
+    restart: Annotated[float, typer.Option(
+        help="Seconds from an unwarned failure to training again (hang noticed, job "
+             "rescheduled, checkpoint loaded), on every GPU.")] = 600.0,
+    checkpoint: Annotated[float, typer.Option(
+        help="Seconds an on-demand checkpoint before a drain stalls the job.")] = 60.0,
+    drain: Annotated[float, typer.Option(
+        help="Seconds after a drain until the job trains again on the other nodes "
+             "(re-rendezvous).")] = 60.0,
+    false_drain_out: Annotated[float, typer.Option(
+        help="Seconds a healthy node drained by a false alarm is out before it is "
+             "returned.")] = 3600.0,
+) -> None:
+    """Price alerts in training time: the goodput of one job across the trace's nodes with no
+    prediction, with each set of alerts (a caught failure costs a drain, a missed one a rollback
+    to the last checkpoint and a restart, a false alarm a healthy node drained), and with every
+    precursor foreseen. The model behind it is in predictor/goodput.py."""
+    from rich.console import Console
+
+    from collector.fleet_trace import TraceFormatError, read_trace
+    from predictor.evaluate import AlertsFormatError, outcomes, read_alerts
+    from predictor.goodput import GoodputConfig, compare, plot, to_json
+
+    err = Console(stderr=True, soft_wrap=True)
+    try:
+        config = GoodputConfig(checkpoint_every_s=checkpoint_every, restart_s=restart,
+                               checkpoint_s=checkpoint, drain_s=drain,
+                               false_drain_out_s=false_drain_out)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    specs = [_labelled(a) for a in alerts]
+    labels = [label for label, _ in specs]
+    if len(set(labels)) != len(labels):
+        raise typer.BadParameter(f"labels {labels} repeat one: give each LABEL=PATH its own "
+                                 "label", param_hint="--alerts")
+    try:
+        trace = read_trace(trace_dir, with_failures=True)
+        found = {label: outcomes(trace, read_alerts(path), source=str(path))
+                 for label, path in specs}
+    except (TraceFormatError, AlertsFormatError) as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+    results = compare(trace, found, config)
+    if plot_path is not None:
+        plot(results, plot_path, title=f"{trace_dir.name}: one job on {len(trace.meta.nodes)} "
+             f"nodes, {(trace.meta.end - trace.meta.start) / 86400:.1f} days")
+        err.print(f"wrote {plot_path}", highlight=False)
+    if json_:
+        typer.echo(to_json(results, config))
+        return
+    Console().print(_goodput_table(results, title=f"{trace_dir}: goodput of one job on every "
+                                                  "node"))
+
+
+def _goodput_table(results: list[Goodput], *, title: str) -> Table:
+    """A column per scenario: goodput, GPU-hours lost (and by cause), what was caught."""
+    from rich import box
+    from rich.table import Table
+
+    from predictor.goodput import CAUSES
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("")
+    for r in results:
+        table.add_column(r.label, justify="right")
+    base = results[0].lost
+    table.add_row("goodput", *(f"{r.goodput:.2%}" for r in results))
+    table.add_row("GPU-h lost", *(f"{r.lost:,.0f}" for r in results))
+    table.add_row("  against no prediction", "", *(f"{r.lost - base:+,.0f}" for r in results[1:]))
+    for cause in CAUSES:
+        table.add_row(f"  {cause}", *(f"{r.lost_gpu_h[cause]:,.0f}" for r in results))
+    table.add_row("failures drained ahead", *(f"{r.caught}/{r.failures}" for r in results))
+    table.add_row("healthy nodes drained", *(str(r.false_drains) for r in results))
+    return table
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``generate-trace`` and ``evaluate`` to ``app``."""
+    """Add ``generate-trace``, ``evaluate`` and ``goodput`` to ``app``."""
     app.command("generate-trace")(generate_trace_cmd)
     app.command("evaluate")(evaluate_cmd)
+    app.command("goodput")(goodput_cmd)

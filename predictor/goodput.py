@@ -1,0 +1,194 @@
+"""What a backtest's alerts are worth in training time: goodput with and without them.
+
+Recall and precision say how often a predictor is right; a training team pays in GPU-hours. This
+module prices each outcome that ``evaluate.outcomes`` finds, for one synchronous job that spans
+every node of the trace (data parallel: a failure anywhere stops every GPU), so that alerts from
+several sources (the model, the rules, none at all) can be compared on one trace.
+
+* Without a warning, a failure rolls the job back to its last periodic checkpoint (on average
+  half the checkpoint period of work lost on every GPU) and costs a restart (detect the hang,
+  reschedule, reload) on every GPU.
+* A failure caught 60 s to 6 h ahead (fleet-trace.md) costs an on-demand checkpoint and an
+  elastic re-rendezvous on every GPU, and the failing node's GPUs from the alert to the failure:
+  it is drained at the first alert and would have trained until it broke.
+* A false episode drains a healthy node: the same checkpoint and re-rendezvous, and the node's
+  GPUs while it is out (until someone looks at it and returns it).
+* A late episode (the node failed within 60 s) costs what the failure costs unwarned.
+
+What it leaves out, the same in every scenario: periodic checkpoints' own time, repair of the
+failed node, and spare capacity. It assumes every episode drains a node; the service drains only
+at risk 0.5 or more and at most two nodes per job and hour (``FORESHOCK_DRAIN_*``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from collector.fleet_trace import FleetTrace
+from predictor.evaluate import MIN_LEAD_S, Outcomes
+
+CAUSES: tuple[str, ...] = ("rollback", "restart", "drain", "early drain", "false drain")
+"""What GPU time is lost to: work since the last checkpoint, restarts after a failure, the
+on-demand checkpoint and re-rendezvous of a drain, a doomed node drained before it failed, and
+healthy nodes drained for nothing (the drain itself and the time they are out)."""
+REACTIVE = "no prediction"
+ORACLE = "every precursor foreseen"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoodputConfig:
+    """The costs that turn outcomes into GPU time (seconds)."""
+
+    checkpoint_every_s: float = 1800.0
+    """Period of the job's own checkpoints; an unwarned failure loses half of it on average."""
+    restart_s: float = 600.0
+    """From an unwarned failure to training again: the hang noticed (NCCL timeout), the job
+    rescheduled, the checkpoint loaded."""
+    checkpoint_s: float = 60.0
+    """An on-demand checkpoint (torch.distributed.checkpoint) before a drain stalls the job
+    this long."""
+    drain_s: float = 60.0
+    """After a drain, until the job trains again on the other nodes (elastic re-rendezvous and
+    the first step; ``foreshock demo`` measures 6-10 s on three nodes)."""
+    false_drain_out_s: float = 3600.0
+    """A healthy node drained by a false alarm is out this long before it is returned."""
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}={value} must be a finite number of seconds >= 0")
+        if self.checkpoint_every_s <= 0:
+            raise ValueError(f"checkpoint_every_s={self.checkpoint_every_s} must be > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Goodput:
+    """GPU time lost by cause under one scenario, and the goodput it leaves."""
+
+    label: str
+    total_gpu_h: float
+    """GPUs x trace hours."""
+    lost_gpu_h: dict[str, float] = field(default_factory=dict)
+    """GPU-hours lost per cause (``CAUSES``)."""
+    failures: int = 0
+    caught: int = 0
+    """Failures drained ahead (60 s to 6 h before)."""
+    false_drains: int = 0
+
+    @property
+    def lost(self) -> float:
+        return sum(self.lost_gpu_h.values())
+
+    @property
+    def goodput(self) -> float:
+        """Share of the GPU time that trained: 1 - lost / total."""
+        return 1.0 - self.lost / self.total_gpu_h if self.total_gpu_h > 0 else math.nan
+
+    def to_dict(self) -> dict[str, object]:
+        return {"label": self.label, "goodput": self.goodput, "total_gpu_h": self.total_gpu_h,
+                "lost_gpu_h": self.lost, "lost_by_cause_gpu_h": self.lost_gpu_h,
+                "failures": self.failures, "caught": self.caught,
+                "false_drains": self.false_drains}
+
+
+def _job(trace: FleetTrace) -> tuple[int, int, float]:
+    """(GPUs in the job, GPUs per node, trace seconds)."""
+    per_node = max(int(trace.meta.gpus_per_node), 1)
+    return len(trace.meta.nodes) * per_node, per_node, trace.meta.end - trace.meta.start
+
+
+def _price(label: str, trace: FleetTrace, caught: np.ndarray, leads: np.ndarray,
+           false_drains: int, config: GoodputConfig) -> Goodput:
+    gpus, per_node, seconds = _job(trace)
+    missed = int((~caught).sum())
+    lost_s = {
+        "rollback": missed * gpus * config.checkpoint_every_s / 2,
+        "restart": missed * gpus * config.restart_s,
+        "drain": (int(caught.sum()) + false_drains) * gpus * (config.checkpoint_s
+                                                             + config.drain_s),
+        "early drain": float(leads[caught].sum()) * per_node,
+        "false drain": false_drains * per_node * config.false_drain_out_s,
+    }
+    return Goodput(label=label, total_gpu_h=gpus * seconds / 3600.0,
+                   lost_gpu_h={k: v / 3600.0 for k, v in lost_s.items()},
+                   failures=len(caught), caught=int(caught.sum()), false_drains=false_drains)
+
+
+def reactive(trace: FleetTrace, config: GoodputConfig) -> Goodput:
+    """No warning: every failure rolls back and restarts."""
+    n = 0 if trace.failures is None else len(trace.failures)
+    return _price(REACTIVE, trace, np.zeros(n, dtype=bool), np.zeros(n), 0, config)
+
+
+def oracle(trace: FleetTrace, config: GoodputConfig) -> Goodput:
+    """The bound: every failure with a precursor drained just in time (60 s ahead), no false
+    alarm; failures without one still come unwarned."""
+    assert trace.failures is not None
+    pre = trace.failures["precursor_s"].to_numpy(dtype=float)
+    caught = np.nan_to_num(pre, nan=0.0) > 0
+    return _price(ORACLE, trace, caught, np.where(caught, MIN_LEAD_S, 0.0), 0, config)
+
+
+def with_alerts(label: str, trace: FleetTrace, out: Outcomes, config: GoodputConfig) -> Goodput:
+    """Each failure caught or missed, and each false episode, as ``out`` found them."""
+    caught = out.failures["caught"].to_numpy(dtype=bool)
+    leads = np.nan_to_num(out.failures["lead_s"].to_numpy(dtype=float), nan=0.0)
+    false_drains = int((out.episodes["verdict"] == "false").sum())
+    return _price(label, trace, caught, leads, false_drains, config)
+
+
+def compare(trace: FleetTrace, alerts: dict[str, Outcomes],
+            config: GoodputConfig) -> list[Goodput]:
+    """No prediction, each labelled set of alerts, and the bound, in that order."""
+    return [reactive(trace, config),
+            *(with_alerts(label, trace, out, config) for label, out in alerts.items()),
+            oracle(trace, config)]
+
+
+def to_json(results: list[Goodput], config: GoodputConfig) -> str:
+    return json.dumps({"config": asdict(config), "scenarios": [r.to_dict() for r in results]},
+                      indent=2)
+
+
+CAUSE_COLOURS = {"rollback": "#d73027", "restart": "#fc8d59", "drain": "#91bfdb",
+                 "early drain": "#4575b4", "false drain": "#fee090"}
+
+
+def plot(results: list[Goodput], path: Path | str, *, title: str) -> Path:
+    """GPU-hours lost per scenario as stacked bars by cause, each labelled with its goodput."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * len(results)), layout="constrained")
+    labels = [r.label for r in results][::-1]
+    left = np.zeros(len(results))
+    for cause in CAUSES:
+        widths = np.array([r.lost_gpu_h.get(cause, 0.0) for r in results][::-1])
+        ax.barh(labels, widths, left=left, color=CAUSE_COLOURS[cause], label=cause,
+                edgecolor="white", linewidth=0.5)
+        left += widths
+    top = max(left.max(), 1e-9)
+    for y, r in enumerate(results[::-1]):
+        ax.text(left[y] + 0.01 * top, y, f"goodput {r.goodput:.2%}  ({r.lost:,.0f} GPU-h lost)",
+                va="center", fontsize=9)
+    ax.set_xlim(0, top * 1.45)
+    ax.set_xlabel("GPU-hours lost")
+    ax.set_title(title, fontsize=10, loc="left")
+    fig.legend(ncols=len(CAUSES), fontsize=8, loc="outside lower center", frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["CAUSES", "ORACLE", "REACTIVE", "Goodput", "GoodputConfig", "compare", "oracle",
+           "plot", "reactive", "to_json", "with_alerts"]

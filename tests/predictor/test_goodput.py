@@ -1,0 +1,129 @@
+"""Goodput: alerts priced in training time (predictor/goodput.py, ``foreshock goodput``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from collector.fleet_trace import FleetTrace, write_trace
+from predictor import cli_data
+from predictor.evaluate import outcomes
+from predictor.goodput import ORACLE, REACTIVE, GoodputConfig, compare
+from tests.predictor.test_evaluate import T0, H, _alerts, _trace
+
+# Four nodes of 8 GPUs for a day: one job of 32 GPUs, 768 GPU-hours.
+A, B, C = T0 + 6 * H, T0 + 12 * H, T0 + 18 * H
+
+
+def _case() -> tuple[FleetTrace, pd.DataFrame]:
+    # A: a GPU with an hour's precursor, alerted 40 min ahead. B: a node that dies with no
+    # precursor. C: a GPU with a 30-min precursor, alerted 30 s ahead (too late to drain).
+    # n3 raises a false alarm.
+    trace = _trace([(A, "n0", 2, "gpu", H), (B, "n1", -1, "node", 0.0),
+                    (C, "n2", 5, "gpu", 1800.0)], days=1.0)
+    alerts = _alerts([(A - 2400, "n0", 2, "gpu"), (C - 30, "n2", 5, "gpu"),
+                      (T0 + 3 * H, "n3", 1, "gpu")])
+    return trace, alerts
+
+
+def test_each_outcome_costs_what_it_does_to_one_job_across_the_fleet() -> None:
+    trace, alerts = _case()
+    config = GoodputConfig()
+    none, model, bound = compare(trace, {"model": outcomes(trace, alerts)}, config)
+    assert [r.label for r in (none, model, bound)] == [REACTIVE, "model", ORACLE]
+    gpus, node = 32, 8
+    assert none.total_gpu_h == gpus * 24
+    # No warning: each of the three failures loses half a checkpoint period and a restart.
+    unwarned = gpus * (config.checkpoint_every_s / 2 + config.restart_s) / 3600
+    assert none.lost == pytest.approx(3 * unwarned)
+    assert none.goodput == pytest.approx(1 - 3 * unwarned / (gpus * 24))
+    # The model drains A 40 min ahead (the node sits those 40 min out), misses B and C (30 s
+    # is too late), and drains healthy n3 for an hour.
+    drain = gpus * (config.checkpoint_s + config.drain_s) / 3600
+    assert (model.caught, model.false_drains) == (1, 1)
+    assert model.lost_gpu_h["rollback"] + model.lost_gpu_h["restart"] == pytest.approx(
+        2 * unwarned)
+    assert model.lost_gpu_h["drain"] == pytest.approx(2 * drain)
+    assert model.lost_gpu_h["early drain"] == pytest.approx(node * 2400 / 3600)
+    assert model.lost_gpu_h["false drain"] == pytest.approx(node * config.false_drain_out_s
+                                                            / 3600)
+    # The bound foresees A and C with the least lead a drain needs; B still comes unwarned.
+    assert bound.caught == 2 and bound.lost == pytest.approx(
+        unwarned + 2 * drain + 2 * node * 60 / 3600)
+    # One catch does not pay for one healthy node out for an hour on a job this small.
+    assert model.goodput < none.goodput < bound.goodput
+
+
+def test_a_storm_of_false_alarms_costs_more_than_no_prediction() -> None:
+    # Threshold rules that stand on every node: every failure caught, and a healthy node drained
+    # every half hour. The alerts "catch" all but cost more training time than they save.
+    trace, _ = _case()
+    storm = _alerts([(T0 + k * 1800.0 + 60, f"n{k % 4}", 0, "gpu") for k in range(48)])
+    none, rules, _ = compare(trace, {"rules": outcomes(trace, storm)}, GoodputConfig())
+    assert rules.caught == 3 and rules.false_drains > 20
+    assert rules.goodput < none.goodput
+
+
+def test_a_config_that_cannot_be_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="restart_s=-1"):
+        GoodputConfig(restart_s=-1)
+    with pytest.raises(ValueError, match="checkpoint_every_s=0"):
+        GoodputConfig(checkpoint_every_s=0)
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    app = typer.Typer()
+    cli_data.register(app)
+    return app
+
+
+def test_cli_compares_alert_sets_in_a_table_json_and_a_plot(app: typer.Typer,
+                                                          tmp_path: Path) -> None:
+    trace, alerts = _case()
+    write_trace(tmp_path / "trace", trace)
+    alerts.iloc[:1].to_csv(tmp_path / "model.csv", index=False)  # A's alert alone
+    _alerts([(T0 + k * 1800.0 + 60, f"n{k % 4}", 0, "gpu") for k in range(48)]).to_csv(
+        tmp_path / "rules.csv", index=False)
+    args = ["goodput", str(tmp_path / "trace"), "--alerts", str(tmp_path / "model.csv"),
+            "--alerts", f"threshold rules={tmp_path / 'rules.csv'}"]
+    done = CliRunner(env={"COLUMNS": "120"}).invoke(
+        app, [*args, "--plot", str(tmp_path / "goodput.png")])
+    assert done.exit_code == 0, done.output
+    for label in (REACTIVE, "model", "threshold rules", ORACLE, "healthy nodes drained"):
+        assert label in done.output
+    png = (tmp_path / "goodput.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    as_json = json.loads(CliRunner().invoke(app, [*args, "--json", "--restart", "1200"]).stdout)
+    assert as_json["config"]["restart_s"] == 1200
+    figures = {s["label"]: s for s in as_json["scenarios"]}
+    assert figures["model"]["goodput"] > figures[REACTIVE]["goodput"] > figures[
+        "threshold rules"]["goodput"]
+    assert figures["model"]["caught"] == 1 and figures["threshold rules"]["false_drains"] > 20
+
+
+def test_cli_names_what_is_wrong_with_its_input(app: typer.Typer, tmp_path: Path) -> None:
+    trace, alerts = _case()
+    write_trace(tmp_path / "trace", trace)
+    alerts.to_csv(tmp_path / "a.csv", index=False)
+    runner = CliRunner()
+    same = runner.invoke(app, ["goodput", str(tmp_path / "trace"), "--alerts",
+                               str(tmp_path / "a.csv"), "--alerts", f"a={tmp_path / 'a.csv'}"])
+    assert same.exit_code == 2 and "repeat" in same.output
+    missing = runner.invoke(app, ["goodput", str(tmp_path / "trace"), "--alerts",
+                                  str(tmp_path / "nope.csv")])
+    assert missing.exit_code == 2 and "nope.csv" in missing.output
+    bad = runner.invoke(app, ["goodput", str(tmp_path / "trace"), "--alerts",
+                              str(tmp_path / "a.csv"), "--drain", "-5"])
+    assert bad.exit_code == 2 and "drain_s=-5" in " ".join(bad.output.split())
+    unlabelled = tmp_path / "unlabelled"
+    write_trace(unlabelled, dataclasses.replace(trace, failures=None))
+    no_truth = runner.invoke(app, ["goodput", str(unlabelled), "--alerts",
+                                   str(tmp_path / "a.csv")])
+    assert no_truth.exit_code == 2 and "failures.csv" in no_truth.output
