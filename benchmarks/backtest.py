@@ -12,7 +12,10 @@ from ``third_generator``, written apart from both (see its docstring), (f) six f
 written apart from all four; neither was used to choose anything before it was first measured.
 Figures are pooled over each suite's traces, with ``predictor.evaluate`` scoring every trace.
 Targets: recall (precursor) >= 0.9, precision >= 0.9, <= 10 false episodes per 1,000
-node-days, median lead >= 30 min, better than rules.
+node-days, median lead >= 30 min, better than rules. Each suite also says what its alerts are
+worth in training time (``predictor.goodput``, default costs): the goodput of one job per fleet,
+and the same with failures as rare as in a real fleet (the suites raise the rate many times over
+so that two days hold failures to score; false alarms do not get rarer with them).
 """
 
 from __future__ import annotations
@@ -34,6 +37,15 @@ from collector.fleet_trace import FleetTrace
 from predictor.backtest import run
 from predictor.evaluate import PRECURSOR_BANDS, EvaluationReport, outcomes, summarize
 from predictor.generator import GeneratorConfig, generate_trace
+from predictor.goodput import (
+    FAILURE_CAUSES,
+    Goodput,
+    GoodputConfig,
+    oracle,
+    pooled,
+    reactive,
+    with_alerts,
+)
 from predictor.replay import DEFAULT_EVERY_S
 from predictor.scorer import load_model
 
@@ -142,6 +154,23 @@ def band_text(bands: Counter[str]) -> str:
                      for _, band in PRECURSOR_BANDS if bands[f"{band}/n"])
 
 
+GOODPUT = GoodputConfig()
+REAL_RATE = 4.2
+"""Failures per 1,000 node-days of a real fleet (StepFun's trace; Llama 3 3.8, RSC-1 6.5)."""
+
+
+def at_real_rate(priced: list[Goodput], traces: list[FleetTrace]) -> float:
+    """Pooled goodput with the GPU time that failures cost scaled from the suite's failure rate
+    (raised, so that two days hold failures to score) to ``REAL_RATE``, at the same recall and
+    leads; false drains stay as they were, since healthy nodes do not get rarer."""
+    failures = sum(0 if t.failures is None else len(t.failures) for t in traces)
+    node_days = sum(len(t.meta.nodes) * (t.meta.end - t.meta.start) / 86400 for t in traces)
+    scale = REAL_RATE * node_days / 1000 / failures if failures else 0.0
+    lost = sum(sum(g.lost_gpu_h[c] for c in FAILURE_CAUSES) * scale
+               + g.lost_gpu_h["false drain"] for g in priced)
+    return 1.0 - lost / sum(g.total_gpu_h for g in priced)
+
+
 def figures(model_spec: str | None, count: int, only: str | None = None,
             sizes: Mapping[str, int] = SUITE_SIZES, skip: tuple[str, ...] = ()) -> None:
     models = {"model": load_model(model_spec), "rules": load_model("rules")}
@@ -152,14 +181,23 @@ def figures(model_spec: str | None, count: int, only: str | None = None,
         if not traces:
             continue
         print(f"\n== {name} ({len(traces)} traces) ==")
+        unwarned = [reactive(t, GOODPUT) for t in traces]
+        print(f"goodput of one job per fleet: no prediction {pooled(unwarned):.2%} "
+              f"({at_real_rate(unwarned, traces):.3%} at {REAL_RATE:g} failures per 1,000 "
+              f"node-days), every precursor foreseen "
+              f"{pooled([oracle(t, GOODPUT) for t in traces]):.2%}")
         for label, model in models.items():
             tot: dict[str, float] = {}
             leads: list[float] = []
             bands: Counter[str] = Counter()
+            priced: list[Goodput] = []
             for trace in traces:
                 # Each model's own default policy: rules hold like a DCGM `for: 10m` rule.
                 alerts = run(trace, model).alerts
-                rep, caught_leads = scored(trace, alerts)
+                out = outcomes(trace, alerts)
+                rep, caught_leads = summarize(out, alerts=len(alerts)), out.failures[
+                    "lead_s"].dropna().tolist()
+                priced.append(with_alerts(label, trace, out, GOODPUT))
                 for k in ("failures", "failures_with_precursor", "caught", "caught_with_precursor",
                           "true_episodes", "false_episodes", "node_days", "gpu_failures_caught",
                           "gpu_named_right"):
@@ -178,7 +216,12 @@ def figures(model_spec: str | None, count: int, only: str | None = None,
                   f"({tot['true_episodes']:.0f}/{tot['true_episodes'] + tot['false_episodes']:.0f})"
                   f"  false/1000 node-days {fpk:.1f}  median lead {lead:.0f} min  "
                   f"GPU named right {gacc:.2f}\n       recall by precursor length: "
-                  f"{band_text(bands)}\n       {estimate_text(bands)}")
+                  f"{band_text(bands)}\n       {estimate_text(bands)}\n"
+                  f"       goodput {pooled(priced):.2%} "
+                  f"({sum(g.lost for g in priced):,.0f} GPU-h lost, "
+                  f"{sum(g.lost_gpu_h['false drain'] for g in priced):,.0f} of them to false "
+                  f"drains); {at_real_rate(priced, traces):.3%} at {REAL_RATE:g} failures per "
+                  f"1,000 node-days")
 
 
 def timing(model_spec: str | None, periods: Sequence[float] = (DEFAULT_EVERY_S,)) -> None:

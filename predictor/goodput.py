@@ -34,8 +34,10 @@ from predictor.evaluate import MIN_LEAD_S, Outcomes
 
 CAUSES: tuple[str, ...] = ("rollback", "restart", "drain", "early drain", "false drain")
 """What GPU time is lost to: work since the last checkpoint, restarts after a failure, the
-on-demand checkpoint and re-rendezvous of a drain, a doomed node drained before it failed, and
-healthy nodes drained for nothing (the drain itself and the time they are out)."""
+on-demand checkpoint and re-rendezvous of a drain ahead of a failure, a doomed node drained before
+it failed, and healthy nodes drained for nothing (the drain itself and the time they are out).
+All but the last come with failures; the last with false alarms alone."""
+FAILURE_CAUSES: tuple[str, ...] = CAUSES[:-1]
 REACTIVE = "no prediction"
 ORACLE = "every precursor foreseen"
 
@@ -109,10 +111,10 @@ def _price(label: str, trace: FleetTrace, caught: np.ndarray, leads: np.ndarray,
     lost_s = {
         "rollback": missed * gpus * config.checkpoint_every_s / 2,
         "restart": missed * gpus * config.restart_s,
-        "drain": (int(caught.sum()) + false_drains) * gpus * (config.checkpoint_s
-                                                             + config.drain_s),
+        "drain": int(caught.sum()) * gpus * (config.checkpoint_s + config.drain_s),
         "early drain": float(leads[caught].sum()) * per_node,
-        "false drain": false_drains * per_node * config.false_drain_out_s,
+        "false drain": false_drains * (gpus * (config.checkpoint_s + config.drain_s)
+                                       + per_node * config.false_drain_out_s),
     }
     return Goodput(label=label, total_gpu_h=gpus * seconds / 3600.0,
                    lost_gpu_h={k: v / 3600.0 for k, v in lost_s.items()},
@@ -148,6 +150,12 @@ def compare(trace: FleetTrace, alerts: dict[str, Outcomes],
     return [reactive(trace, config),
             *(with_alerts(label, trace, out, config) for label, out in alerts.items()),
             oracle(trace, config)]
+
+
+def pooled(results: list[Goodput]) -> float:
+    """Goodput over several traces (one job each): 1 - their GPU-hours lost / their total."""
+    total = sum(r.total_gpu_h for r in results)
+    return 1.0 - sum(r.lost for r in results) / total if total > 0 else math.nan
 
 
 def to_json(results: list[Goodput], config: GoodputConfig) -> str:
@@ -190,5 +198,5 @@ def plot(results: list[Goodput], path: Path | str, *, title: str) -> Path:
     return path
 
 
-__all__ = ["CAUSES", "ORACLE", "REACTIVE", "Goodput", "GoodputConfig", "compare", "oracle",
-           "plot", "reactive", "to_json", "with_alerts"]
+__all__ = ["CAUSES", "FAILURE_CAUSES", "ORACLE", "REACTIVE", "Goodput", "GoodputConfig",
+           "compare", "oracle", "plot", "pooled", "reactive", "to_json", "with_alerts"]

@@ -49,10 +49,10 @@ def test_each_outcome_costs_what_it_does_to_one_job_across_the_fleet() -> None:
     assert (model.caught, model.false_drains) == (1, 1)
     assert model.lost_gpu_h["rollback"] + model.lost_gpu_h["restart"] == pytest.approx(
         2 * unwarned)
-    assert model.lost_gpu_h["drain"] == pytest.approx(2 * drain)
+    assert model.lost_gpu_h["drain"] == pytest.approx(drain)
     assert model.lost_gpu_h["early drain"] == pytest.approx(node * 2400 / 3600)
-    assert model.lost_gpu_h["false drain"] == pytest.approx(node * config.false_drain_out_s
-                                                            / 3600)
+    assert model.lost_gpu_h["false drain"] == pytest.approx(
+        drain + node * config.false_drain_out_s / 3600)
     # The bound foresees A and C with the least lead a drain needs; B still comes unwarned.
     assert bound.caught == 2 and bound.lost == pytest.approx(
         unwarned + 2 * drain + 2 * node * 60 / 3600)
