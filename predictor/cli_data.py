@@ -14,6 +14,7 @@ import typer
 
 from predictor.failure_mix import MODES
 from predictor.generator_config import DEFAULT_START_TS, PRECURSOR_SHAPES, GeneratorConfig
+from predictor.goodput import GoodputConfig
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from predictor.goodput import Goodput
 
 
+_COSTS = GoodputConfig()
+"""``foreshock goodput``'s default costs."""
 _MAPPINGS = ("mix", "precursor_share", "precursor_shapes")
 """GeneratorConfig fields that take KEY=WEIGHT lists of their own options, not ``--set``."""
 
@@ -305,18 +308,19 @@ def goodput_cmd(
     json_: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
     checkpoint_every: Annotated[float, typer.Option(
         help="Seconds between the job's periodic checkpoints: an unwarned failure loses half "
-             "of it on every GPU, on average.")] = 1800.0,
+             "of it on every GPU, on average.")] = _COSTS.checkpoint_every_s,
     restart: Annotated[float, typer.Option(
         help="Seconds from an unwarned failure to training again (hang noticed, job "
-             "rescheduled, checkpoint loaded), on every GPU.")] = 600.0,
+             "rescheduled, checkpoint loaded), on every GPU.")] = _COSTS.restart_s,
     checkpoint: Annotated[float, typer.Option(
-        help="Seconds an on-demand checkpoint before a drain stalls the job.")] = 60.0,
+        help="Seconds an on-demand checkpoint before a drain stalls the job.")]
+    = _COSTS.checkpoint_s,
     drain: Annotated[float, typer.Option(
         help="Seconds after a drain until the job trains again on the other nodes "
-             "(re-rendezvous).")] = 60.0,
+             "(re-rendezvous).")] = _COSTS.drain_s,
     false_drain_out: Annotated[float, typer.Option(
         help="Seconds a healthy node drained by a false alarm is out before it is "
-             "returned.")] = 3600.0,
+             "returned.")] = _COSTS.false_drain_out_s,
 ) -> None:
     """Price alerts in training time: the goodput of one job across the trace's nodes with no
     prediction, with each set of alerts (a caught failure costs a drain, a missed one a rollback

@@ -26,11 +26,13 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from collector.fleet_trace import FleetTrace
-from predictor.evaluate import MIN_LEAD_S, Outcomes
+if TYPE_CHECKING:  # pandas stays unloaded for the CLI's defaults (predictor/cli_data.py)
+    from collector.fleet_trace import FleetTrace
+    from predictor.evaluate import Outcomes
 
 CAUSES: tuple[str, ...] = ("rollback", "restart", "drain", "early drain", "false drain")
 """What GPU time is lost to: work since the last checkpoint, restarts after a failure, the
@@ -130,6 +132,8 @@ def reactive(trace: FleetTrace, config: GoodputConfig) -> Goodput:
 def oracle(trace: FleetTrace, config: GoodputConfig) -> Goodput:
     """The bound: every failure with a precursor drained just in time (60 s ahead), no false
     alarm; failures without one still come unwarned."""
+    from predictor.evaluate import MIN_LEAD_S
+
     assert trace.failures is not None
     pre = trace.failures["precursor_s"].to_numpy(dtype=float)
     caught = np.nan_to_num(pre, nan=0.0) > 0
