@@ -116,11 +116,14 @@ def suites(count: int, sizes: Mapping[str, int] = SUITE_SIZES,
             if name not in skip}
 
 
-def scored(trace: FleetTrace, alerts: pd.DataFrame) -> tuple[EvaluationReport, list[float]]:
-    """fleet-trace.md's figures for ``alerts`` and the lead of each caught failure (for pooled
-    medians), from one pass over the trace's failures (``predictor.evaluate.outcomes``)."""
+def scored(trace: FleetTrace, alerts: pd.DataFrame
+           ) -> tuple[EvaluationReport, list[float], Goodput]:
+    """fleet-trace.md's figures for ``alerts``, the lead of each caught failure (for pooled
+    medians) and the alerts priced in GPU time (``GOODPUT``), from one pass over the trace's
+    failures (``predictor.evaluate.outcomes``)."""
     out = outcomes(trace, alerts)
-    return summarize(out, alerts=len(alerts)), out.failures["lead_s"].dropna().tolist()
+    return (summarize(out, alerts=len(alerts)), out.failures["lead_s"].dropna().tolist(),
+            with_alerts("alerts", trace, out, GOODPUT))
 
 
 def band_counts(rep: EvaluationReport) -> Counter[str]:
@@ -193,11 +196,8 @@ def figures(model_spec: str | None, count: int, only: str | None = None,
             priced: list[Goodput] = []
             for trace in traces:
                 # Each model's own default policy: rules hold like a DCGM `for: 10m` rule.
-                alerts = run(trace, model).alerts
-                out = outcomes(trace, alerts)
-                rep, caught_leads = summarize(out, alerts=len(alerts)), out.failures[
-                    "lead_s"].dropna().tolist()
-                priced.append(with_alerts(label, trace, out, GOODPUT))
+                rep, caught_leads, price = scored(trace, run(trace, model).alerts)
+                priced.append(price)
                 for k in ("failures", "failures_with_precursor", "caught", "caught_with_precursor",
                           "true_episodes", "false_episodes", "node_days", "gpu_failures_caught",
                           "gpu_named_right"):

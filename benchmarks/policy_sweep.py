@@ -46,6 +46,7 @@ from predictor.backtest import ALERT_COLUMNS, run
 from predictor.evaluate import Outcomes, outcomes, summarize
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.generator_config import PRECURSOR_SHAPES
+from predictor.goodput import Goodput, reactive
 from predictor.hysteresis import AlertPolicy, PolicyConfig
 from predictor.replay import DEFAULT_EVERY_S
 from predictor.scorer import load_model
@@ -58,6 +59,9 @@ import fourth_generator
 import third_generator
 from backtest import (
     BASE,
+    GOODPUT,
+    REAL_RATE,
+    at_real_rate,
     band_counts,
     band_text,
     estimate_counts,
@@ -269,15 +273,21 @@ def figures(loaded: dict[str, tuple[FleetTrace, pd.DataFrame]], config: PolicyCo
     pooled: dict[str, float] = dict.fromkeys(("c", "p", "t", "f", "nd"), 0.0)
     pooled_leads: list[float] = []
     pooled_bands: Counter[str] = Counter()
+    pooled_priced: list[Goodput] = []
+    pooled_traces: list[FleetTrace] = []
     for g in groups:
         tot = dict.fromkeys(pooled, 0.0)
         leads: list[float] = []
         bands: Counter[str] = Counter()
+        priced: list[Goodput] = []
+        suite: list[FleetTrace] = []
         for name, (trace, rows) in loaded.items():
             if _generator(name) != g:
                 continue
             alerts = alerts_for(rows, config)
-            rep, caught_leads = scored(trace, alerts)
+            rep, caught_leads, price = scored(trace, alerts)
+            priced.append(price)
+            suite.append(trace)
             tot["c"] += rep.caught_with_precursor
             tot["p"] += rep.failures_with_precursor
             tot["t"] += rep.true_episodes
@@ -290,9 +300,19 @@ def figures(loaded: dict[str, tuple[FleetTrace, pd.DataFrame]], config: PolicyCo
             pooled[k] += tot[k]
         pooled_leads += leads
         pooled_bands.update(bands)
-        out[g] = _line(tot, leads, bands)
-    out["pooled"] = _line(pooled, pooled_leads, pooled_bands)
+        pooled_priced += priced
+        pooled_traces += suite
+        out[g] = _line(tot, leads, bands) + _worth(priced, suite)
+    out["pooled"] = _line(pooled, pooled_leads, pooled_bands) + _worth(pooled_priced,
+                                                                       pooled_traces)
     return out
+
+
+def _worth(priced: list[Goodput], traces: list[FleetTrace]) -> str:
+    """Goodput with failures as rare as a real fleet's, against no prediction."""
+    unwarned = [reactive(t, GOODPUT) for t in traces]
+    return (f" goodput at {REAL_RATE:g}/1k node-days {at_real_rate(priced, traces):.3%} "
+            f"(none {at_real_rate(unwarned, traces):.3%})")
 
 
 def sweep(base: Path, which: str, names: list[str] | None) -> None:
