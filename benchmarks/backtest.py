@@ -38,12 +38,13 @@ from predictor.backtest import run
 from predictor.evaluate import PRECURSOR_BANDS, EvaluationReport, outcomes, summarize
 from predictor.generator import GeneratorConfig, generate_trace
 from predictor.goodput import (
-    FAILURE_CAUSES,
     Goodput,
     GoodputConfig,
+    failure_scale,
     oracle,
     pooled,
     reactive,
+    rescaled,
     with_alerts,
 )
 from predictor.replay import DEFAULT_EVERY_S
@@ -163,15 +164,10 @@ REAL_RATE = 4.2
 
 
 def at_real_rate(priced: list[Goodput], traces: list[FleetTrace]) -> float:
-    """Pooled goodput with the GPU time that failures cost scaled from the suite's failure rate
-    (raised, so that two days hold failures to score) to ``REAL_RATE``, at the same recall and
-    leads; false drains stay as they were, since healthy nodes do not get rarer."""
-    failures = sum(0 if t.failures is None else len(t.failures) for t in traces)
-    node_days = sum(len(t.meta.nodes) * (t.meta.end - t.meta.start) / 86400 for t in traces)
-    scale = REAL_RATE * node_days / 1000 / failures if failures else 0.0
-    lost = sum(sum(g.lost_gpu_h[c] for c in FAILURE_CAUSES) * scale
-               + g.lost_gpu_h["false drain"] for g in priced)
-    return 1.0 - lost / sum(g.total_gpu_h for g in priced)
+    """Pooled goodput with what failures cost scaled from the suite's raised rate to
+    ``REAL_RATE`` (``predictor.goodput.rescaled``)."""
+    scale = failure_scale(traces, REAL_RATE)
+    return pooled([rescaled(g, scale) for g in priced])
 
 
 def figures(model_spec: str | None, count: int, only: str | None = None,

@@ -321,6 +321,11 @@ def goodput_cmd(
     false_drain_out: Annotated[float, typer.Option(
         help="Seconds a healthy node drained by a false alarm is out before it is "
              "returned.")] = _COSTS.false_drain_out_s,
+    failure_rate: Annotated[float | None, typer.Option(
+        min=0, help="Scale what failures cost to this many failures per 1,000 node-days (real "
+                    "fleets: 2-7; StepFun's trace 4.2), at the same recall and leads, for a "
+                    "synthetic trace whose rate was raised; false alarms stay as they were. "
+                    "Default: the trace's own rate.")] = None,
 ) -> None:
     """Price alerts in training time: the goodput of one job across the trace's nodes with no
     prediction, with each set of alerts (a caught failure costs a drain, a missed one a rollback
@@ -330,7 +335,7 @@ def goodput_cmd(
 
     from collector.fleet_trace import TraceFormatError, read_trace
     from predictor.evaluate import AlertsFormatError, outcomes, read_alerts
-    from predictor.goodput import GoodputConfig, compare, plot, to_json
+    from predictor.goodput import compare, failure_scale, plot, rescaled, to_json
 
     err = Console(stderr=True, soft_wrap=True)
     try:
@@ -352,15 +357,19 @@ def goodput_cmd(
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
     results = compare(trace, found, config)
+    scope = "one job on every node"
+    if failure_rate is not None:
+        scale = failure_scale([trace], failure_rate)
+        results = [rescaled(r, scale) for r in results]
+        scope += f", failures scaled to {failure_rate:g} per 1,000 node-days"
     if plot_path is not None:
-        plot(results, plot_path, title=f"{trace_dir.name}: one job on {len(trace.meta.nodes)} "
-             f"nodes, {(trace.meta.end - trace.meta.start) / 86400:.1f} days")
+        plot(results, plot_path, title=f"{trace_dir.name}: {len(trace.meta.nodes)} nodes, "
+             f"{(trace.meta.end - trace.meta.start) / 86400:.1f} days; {scope}")
         err.print(f"wrote {plot_path}", highlight=False)
     if json_:
-        typer.echo(to_json(results, config))
+        typer.echo(to_json(results, config, failure_rate=failure_rate))
         return
-    Console().print(_goodput_table(results, title=f"{trace_dir}: goodput of one job on every "
-                                                  "node"))
+    Console().print(_goodput_table(results, title=f"{trace_dir}: goodput of {scope}"))
 
 
 def _goodput_table(results: list[Goodput], *, title: str) -> Table:

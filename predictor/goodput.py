@@ -22,6 +22,7 @@ at risk 0.5 or more and at most two nodes per job and hour (``FORESHOCK_DRAIN_*`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -156,15 +157,32 @@ def compare(trace: FleetTrace, alerts: dict[str, Outcomes],
             oracle(trace, config)]
 
 
+def failure_scale(traces: list[FleetTrace], per_1000_node_days: float) -> float:
+    """What to multiply the failures' costs by to bring ``traces`` (say, synthetic ones whose
+    rate is raised so that two days hold failures to score) to ``per_1000_node_days``."""
+    failures = sum(0 if t.failures is None else len(t.failures) for t in traces)
+    node_days = sum(len(t.meta.nodes) * (t.meta.end - t.meta.start) / 86400.0 for t in traces)
+    return per_1000_node_days * node_days / 1000.0 / failures if failures else 0.0
+
+
+def rescaled(result: Goodput, scale: float) -> Goodput:
+    """``result`` with what failures cost multiplied by ``scale`` (``failure_scale``), at the
+    same recall and leads; false drains stay as they were, since healthy nodes do not get
+    rarer when failures do."""
+    return dataclasses.replace(result, lost_gpu_h={
+        c: v * scale if c in FAILURE_CAUSES else v for c, v in result.lost_gpu_h.items()})
+
+
 def pooled(results: list[Goodput]) -> float:
     """Goodput over several traces (one job each): 1 - their GPU-hours lost / their total."""
     total = sum(r.total_gpu_h for r in results)
     return 1.0 - sum(r.lost for r in results) / total if total > 0 else math.nan
 
 
-def to_json(results: list[Goodput], config: GoodputConfig) -> str:
-    return json.dumps({"config": asdict(config), "scenarios": [r.to_dict() for r in results]},
-                      indent=2)
+def to_json(results: list[Goodput], config: GoodputConfig, *,
+            failure_rate: float | None = None) -> str:
+    return json.dumps({"config": asdict(config), "failures_per_1000_node_days": failure_rate,
+                       "scenarios": [r.to_dict() for r in results]}, indent=2)
 
 
 CAUSE_COLOURS = {"rollback": "#d73027", "restart": "#fc8d59", "drain": "#91bfdb",
@@ -203,4 +221,5 @@ def plot(results: list[Goodput], path: Path | str, *, title: str) -> Path:
 
 
 __all__ = ["CAUSES", "FAILURE_CAUSES", "ORACLE", "REACTIVE", "Goodput", "GoodputConfig",
-           "compare", "oracle", "plot", "pooled", "reactive", "to_json", "with_alerts"]
+           "compare", "failure_scale", "oracle", "plot", "pooled", "reactive", "rescaled",
+           "to_json", "with_alerts"]

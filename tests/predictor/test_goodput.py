@@ -14,7 +14,14 @@ from typer.testing import CliRunner
 from collector.fleet_trace import FleetTrace, write_trace
 from predictor import cli_data
 from predictor.evaluate import outcomes
-from predictor.goodput import ORACLE, REACTIVE, GoodputConfig, compare
+from predictor.goodput import (
+    ORACLE,
+    REACTIVE,
+    GoodputConfig,
+    compare,
+    failure_scale,
+    rescaled,
+)
 from tests.predictor.test_evaluate import T0, H, _alerts, _trace
 
 # Four nodes of 8 GPUs for a day: one job of 32 GPUs, 768 GPU-hours.
@@ -70,6 +77,20 @@ def test_a_storm_of_false_alarms_costs_more_than_no_prediction() -> None:
     assert rules.goodput < none.goodput
 
 
+def test_failures_scaled_to_a_real_rate_leave_false_drains_as_they_were() -> None:
+    # The case holds 3 failures in 4 node-days (750 per 1,000); a real fleet has about 4.2.
+    trace, alerts = _case()
+    none, model, _ = compare(trace, {"model": outcomes(trace, alerts)}, GoodputConfig())
+    scale = failure_scale([trace], 4.2)
+    assert scale == pytest.approx(4.2 / 750)
+    real_none, real_model = rescaled(none, scale), rescaled(model, scale)
+    assert real_none.lost == pytest.approx(none.lost * scale)
+    assert real_model.lost_gpu_h["false drain"] == model.lost_gpu_h["false drain"]
+    assert real_model.lost_gpu_h["rollback"] == pytest.approx(model.lost_gpu_h["rollback"] * scale)
+    # One false alarm now costs many times what the rarer catches save.
+    assert none.goodput - model.goodput < real_none.goodput - real_model.goodput
+
+
 def test_a_config_that_cannot_be_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="restart_s=-1"):
         GoodputConfig(restart_s=-1)
@@ -106,6 +127,14 @@ def test_cli_compares_alert_sets_in_a_table_json_and_a_plot(app: typer.Typer,
     assert figures["model"]["goodput"] > figures[REACTIVE]["goodput"] > figures[
         "threshold rules"]["goodput"]
     assert figures["model"]["caught"] == 1 and figures["threshold rules"]["false_drains"] > 20
+    real = json.loads(CliRunner().invoke(
+        app, [*args, "--json", "--restart", "1200", "--failure-rate", "4.2"]).stdout)
+    assert real["failures_per_1000_node_days"] == 4.2
+    scaled = {s["label"]: s for s in real["scenarios"]}
+    assert scaled[REACTIVE]["lost_gpu_h"] == pytest.approx(
+        figures[REACTIVE]["lost_gpu_h"] * 4.2 / 750)
+    assert scaled["threshold rules"]["lost_by_cause_gpu_h"]["false drain"] == figures[
+        "threshold rules"]["lost_by_cause_gpu_h"]["false drain"]
 
 
 def test_cli_names_what_is_wrong_with_its_input(app: typer.Typer, tmp_path: Path) -> None:
