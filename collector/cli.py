@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from collector.outputs import output_dir
+
 DbOption = Annotated[str, typer.Option(
     "--db", help="Store URL: sqlite:///path.db or postgresql+psycopg://user@host/db.")]
 JobOption = Annotated[str | None, typer.Option(
@@ -31,6 +33,7 @@ def export_trace(
     console = Console(stderr=True, soft_wrap=True)
     if start is not None and end is not None and end < start:
         raise typer.BadParameter(f"--to {end} is before --from {start}", param_hint="--to")
+    output_dir(trace_dir, "TRACE_DIR")
     store = Store.open(db)
     try:
         with console.status(f"reading {db} ..."):

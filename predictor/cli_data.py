@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from collector.outputs import output_dir, output_file
 from predictor.failure_mix import MODES
 from predictor.generator_config import DEFAULT_START_TS, PRECURSOR_SHAPES, GeneratorConfig
 from predictor.goodput import GoodputConfig
@@ -132,6 +133,7 @@ def generate_trace_cmd(
         config = GeneratorConfig(**kwargs)  # type: ignore[arg-type]
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    output_dir(out_dir, "OUT_DIR")
     began = time.perf_counter()
     with console.status("generating fleet trace..."):
         generated = generate(config)
@@ -344,6 +346,8 @@ def goodput_cmd(
                                false_drain_out_s=false_drain_out)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if plot_path is not None:
+        output_file(plot_path, "'--plot'")
     specs = [_labelled(a) for a in alerts]
     labels = [label for label, _ in specs]
     if len(set(labels)) != len(labels):

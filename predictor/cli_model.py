@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from collector.outputs import output_file
+
 model_app = typer.Typer(help="Fit and inspect risk models.", no_args_is_help=True)
 
 
@@ -40,6 +42,7 @@ def fit(
     from predictor.training import fit_traces
 
     console = Console(stderr=True, soft_wrap=True)
+    output_file(out, "'--out'")
     try:
         config = FitConfig(seed=seed, events_alone=events_alone, lead_quantile=lead_quantile)
     except ValueError as exc:  # the one option FitConfig checks
@@ -69,6 +72,7 @@ def average(
     (``python -m predictor.train_default``; predictor/ROUNDS.md has what averaging did)."""
     from predictor.model import ModelFormatError, RiskModel
 
+    output_file(out, "'--out'")
     try:
         combined = RiskModel.average([RiskModel.load(m) for m in models])
     except (ModelFormatError, ValueError) as exc:
@@ -142,6 +146,9 @@ def backtest(
     if every <= 0:
         raise typer.BadParameter(f"the scoring period must be > 0 seconds, got {every}",
                                  param_hint="'--every'")
+    output_file(alerts_out, "'--alerts-out'")
+    if plot is not None:
+        output_file(plot, "'--plot'")
     try:
         data = read_trace(trace)
         scorer_model = load_model(model)

@@ -83,3 +83,12 @@ def test_export_rejects_an_inverted_range(sqlite_url: str, tmp_path: Path) -> No
     done = CliRunner().invoke(_app(), ["export", str(tmp_path / "x"), "--db", sqlite_url,
                                        "--from", "10", "--to", "5"])
     assert done.exit_code != 0 and "--to 5.0 is before --from 10.0" in done.output
+
+
+def test_export_to_a_folder_it_cannot_make_says_so_before_reading_the_store(
+        sqlite_url: str, tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    done = CliRunner().invoke(_app(), ["export", str(tmp_path / "a-file" / "out"), "--db",
+                                       sqlite_url])
+    assert done.exit_code == 2 and "TRACE_DIR" in done.output and "Traceback" not in done.output
+    assert not Path(sqlite_url.removeprefix("sqlite:///")).exists()  # the store was not opened

@@ -116,6 +116,29 @@ def test_cli_backtest_fire_at_trades_lead_for_fewer_alerts(tmp_path: Path, cli: 
     assert "Traceback" not in res.output and not (tmp_path / "x.csv").exists()
 
 
+def test_cli_refuses_an_output_it_cannot_write_before_any_work(tmp_path: Path,
+                                                              cli: typer.Typer) -> None:
+    # A backtest or a fit runs for minutes: a --plot, --alerts-out or --out it cannot write
+    # must stop it at the start with the option named, not end it in a traceback.
+    root = tmp_path / "trace"
+    write_trace(root, make_trace(SPEC))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    for args, option in (
+            (["backtest", str(root), "--alerts-out", str(tmp_path)], "'--alerts-out'"),
+            (["backtest", str(root), "--alerts-out", str(tmp_path / "a.csv"), "--plot",
+              str(blocked / "risk.png")], "'--plot'"),
+            (["model", "fit", str(root), "--out", str(blocked / "m.skops")], "'--out'")):
+        res = CliRunner().invoke(cli, args)  # a failed write after the work would exit 1
+        assert res.exit_code == 2 and option in res.output, res.output
+        assert "Traceback" not in res.output
+    assert not (tmp_path / "a.csv").exists()
+    # A folder that is not there yet is made.
+    res = CliRunner().invoke(cli, ["backtest", str(root), "--model", "rules", "--alerts-out",
+                                   str(tmp_path / "new" / "alerts.csv")])
+    assert res.exit_code == 0 and (tmp_path / "new" / "alerts.csv").is_file()
+
+
 def test_cli_model_fit_average_then_backtest_with_it(tmp_path: Path, cli: typer.Typer) -> None:
     dirs = []
     for s in range(3):

@@ -168,3 +168,12 @@ def test_evaluate_does_not_care_about_row_order(app: typer.Typer, trace_dir: Pat
                                                    "--json"]).output)
                for d in (trace_dir, shuffled)]
     assert figures[0] == figures[1] and figures[0]["recall"] == 1.0
+
+
+def test_generate_trace_into_a_folder_it_cannot_make_says_so(app: typer.Typer,
+                                                             tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    for target in (tmp_path / "a-file", tmp_path / "a-file" / "trace"):
+        result = CliRunner().invoke(app, ["generate-trace", str(target), *SMALL])
+        assert result.exit_code == 2 and "OUT_DIR" in result.output, result.output
+        assert "Traceback" not in result.output

@@ -148,6 +148,11 @@ def test_cli_names_what_is_wrong_with_its_input(app: typer.Typer, tmp_path: Path
     missing = runner.invoke(app, ["goodput", str(tmp_path / "trace"), "--alerts",
                                   str(tmp_path / "nope.csv")])
     assert missing.exit_code == 2 and "nope.csv" in missing.output
+    (tmp_path / "a-file").write_text("")
+    unwritable = runner.invoke(app, ["goodput", str(tmp_path / "trace"), "--alerts",
+                                     str(tmp_path / "a.csv"), "--plot",
+                                     str(tmp_path / "a-file" / "goodput.png")])
+    assert unwritable.exit_code == 2 and "'--plot'" in unwritable.output
     bad = runner.invoke(app, ["goodput", str(tmp_path / "trace"), "--alerts",
                               str(tmp_path / "a.csv"), "--drain", "-5"])
     assert bad.exit_code == 2 and "drain_s=-5" in " ".join(bad.output.split())
