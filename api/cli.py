@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 app = typer.Typer(
+    rich_markup_mode="markdown",
     name="foreshock",
     help="Foreshock: see GPU and network failures coming in training fleets, and act first.",
     no_args_is_help=True,

@@ -329,10 +329,12 @@ def goodput_cmd(
                     "synthetic trace whose rate was raised; false alarms stay as they were. "
                     "Default: the trace's own rate.")] = None,
 ) -> None:
-    """Price alerts in training time: the goodput of one job across the trace's nodes with no
-    prediction, with each set of alerts (a caught failure costs a drain, a missed one a rollback
-    to the last checkpoint and a restart, a false alarm a healthy node drained), and with every
-    precursor foreseen. The model behind it is in predictor/goodput.py."""
+    """Price alerts in training time: goodput with no prediction, each set of alerts, all foreseen.
+
+    The goodput of one job across the trace's nodes with no prediction, with each set of alerts
+    (a caught failure costs a drain, a missed one a rollback to the last checkpoint and a restart,
+    a false alarm a healthy node drained), and with every precursor foreseen. The model behind it
+    is in predictor/goodput.py."""
     from rich.console import Console
 
     from collector.fleet_trace import TraceFormatError, read_trace

@@ -68,9 +68,10 @@ def rdzv_store(
     """Host torchrun's c10d rendezvous store apart from the agents (they use is_host=false).
 
     An agent that hosts the store takes the whole job down when its node is drained or fails.
-    Point every agent at it: --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT
-    --rdzv-conf=is_host=false,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3
-    and set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 on every agent.
+    Point every agent at it, and set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 on every agent:
+
+        torchrun --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT \\
+        --rdzv-conf=is_host=false,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3
     """
     from datetime import timedelta
 
