@@ -24,9 +24,10 @@ def build(
 ) -> None:
     """Regenerate every dashboard's JSON from the code."""
     _require_extra()
+    from collector.outputs import output_dir
     from dashboards.export import DEFAULT_DIR, write_all
 
-    for path in write_all(out or DEFAULT_DIR):
+    for path in write_all(output_dir(out, "'--out'") if out is not None else DEFAULT_DIR):
         typer.echo(f"wrote {path}")
 
 

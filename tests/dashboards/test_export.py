@@ -34,7 +34,7 @@ def test_committed_json_is_what_the_code_builds() -> None:
     assert stale() == [], "run `foreshock dashboards build` and commit dashboards/*.json"
 
 
-def test_build_command_writes_every_dashboard(tmp_path: Path) -> None:
+def _cli() -> typer.Typer:
     root = typer.Typer()
 
     @root.callback()
@@ -42,10 +42,23 @@ def test_build_command_writes_every_dashboard(tmp_path: Path) -> None:
         """foreshock"""
 
     register(root)
-    result = CliRunner().invoke(root, ["dashboards", "build", "--out", str(tmp_path)])
+    return root
+
+
+def test_build_command_writes_every_dashboard(tmp_path: Path) -> None:
+    result = CliRunner().invoke(_cli(), ["dashboards", "build", "--out", str(tmp_path / "new")])
     assert result.exit_code == 0, result.output
-    assert sorted(p.stem for p in tmp_path.glob("*.json")) == sorted(DASHBOARDS)
-    assert stale(tmp_path) == []
+    assert sorted(p.stem for p in (tmp_path / "new").glob("*.json")) == sorted(DASHBOARDS)
+    assert stale(tmp_path / "new") == []
+
+
+def test_build_command_names_an_out_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("kept")
+    result = CliRunner().invoke(_cli(), ["dashboards", "build", "--out", str(tmp_path / "a-file")],
+                                terminal_width=400, env={"COLUMNS": "400"})
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "'--out'" in result.output and "is a file: give a folder" in result.output
+    assert (tmp_path / "a-file").read_text() == "kept"
 
 
 @pytest.mark.parametrize("name", list(DASHBOARDS))
