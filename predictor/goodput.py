@@ -191,13 +191,11 @@ CAUSE_COLOURS = {"rollback": "#d73027", "restart": "#fc8d59", "drain": "#91bfdb"
 
 def plot(results: list[Goodput], path: Path | str, *, title: str) -> Path:
     """GPU-hours lost per scenario as stacked bars by cause, each labelled with its goodput."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     path = Path(path)
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * len(results)), layout="constrained")
+    fig = Figure(figsize=(9, 1.2 + 0.6 * len(results)), layout="constrained")
+    ax = fig.subplots()
     labels = [r.label for r in results][::-1]
     left = np.zeros(len(results))
     for cause in CAUSES:
@@ -216,7 +214,6 @@ def plot(results: list[Goodput], path: Path | str, *, title: str) -> Path:
     ax.spines[["top", "right"]].set_visible(False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 

@@ -72,11 +72,8 @@ def plot_backtest(result: BacktestResult, trace_dir: Path | None, out: Path | st
     failures.csv is read here, after the backtest, only to draw and judge against the ground
     truth; one that cannot be read (or names kinds the format has not) is left out.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.artist import Artist
+    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -100,7 +97,8 @@ def plot_backtest(result: BacktestResult, trace_dir: Path | None, out: Path | st
     step = float(np.median(np.diff(hours))) if len(hours) > 1 else 1.0
     edges = np.r_[hours - step / 2, hours[-1] + step / 2]
 
-    fig, ax = plt.subplots(figsize=(13, 1.2 + 0.42 * max(len(nodes), 3)), dpi=100)
+    fig = Figure(figsize=(13, 1.2 + 0.42 * max(len(nodes), 3)), dpi=100)
+    ax = fig.subplots()
     mesh = ax.pcolormesh(edges, np.arange(len(nodes) + 1), np.ma.masked_invalid(grid.to_numpy()),
                          cmap="YlOrRd", vmin=0.0, vmax=1.0, shading="flat")
     fig.colorbar(mesh, ax=ax, pad=0.01, fraction=0.03, label="risk (riskiest entity on node)")
@@ -148,5 +146,4 @@ def plot_backtest(result: BacktestResult, trace_dir: Path | None, out: Path | st
               fontsize=8, frameon=False)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, bbox_inches="tight")
-    plt.close(fig)
     return nodes

@@ -67,3 +67,27 @@ def test_a_plot_without_usable_labels_still_draws_the_alerts(tmp_path: Path) -> 
         assert {"n05", "n07"} <= set(drawn), name
     assert {"n05", "n07"} <= set(plot_backtest(_result(), None, tmp_path / "none.png",
                                                max_nodes=2))
+
+
+def test_plots_leave_the_callers_matplotlib_as_it_was(tmp_path: Path) -> None:
+    """A notebook that draws a backtest or a goodput comparison keeps its own backend and its
+    open figures; the PNGs are drawn on figures of their own."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from predictor.goodput import Goodput, plot
+
+    root = _trace_dir(tmp_path, f"ts,node,gpu,kind,precursor_s\n{T0 + 6 * H},n05,1,gpu,7200\n")
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")
+    try:
+        mine = plt.figure()
+        plot_backtest(_result(), root, tmp_path / "risk.png")
+        plot([Goodput(label="none", total_gpu_h=1000.0, lost_gpu_h={"rollback": 10.0})],
+             tmp_path / "goodput.png", title="t")
+        assert matplotlib.get_backend() == "svg"
+        assert plt.get_fignums() == [mine.number]
+        assert (tmp_path / "goodput.png").read_bytes()[:4] == b"\x89PNG"
+    finally:
+        plt.close("all")
+        matplotlib.use(before)
