@@ -120,11 +120,12 @@ def suites(count: int, sizes: Mapping[str, int] = SUITE_SIZES,
 def scored(trace: FleetTrace, alerts: pd.DataFrame
            ) -> tuple[EvaluationReport, list[float], Goodput]:
     """fleet-trace.md's figures for ``alerts``, the lead of each caught failure (for pooled
-    medians) and the alerts priced in GPU time (``GOODPUT``), from one pass over the trace's
-    failures (``predictor.evaluate.outcomes``)."""
+    medians) and the alerts priced in GPU time (``GOODPUT``): every alert counts for the
+    figures, and only those the service would drain on (risk 0.5 or more, two nodes an hour at
+    most: ``predictor.goodput.drains``) for goodput."""
     out = outcomes(trace, alerts)
     return (summarize(out, alerts=len(alerts)), out.failures["lead_s"].dropna().tolist(),
-            with_alerts("alerts", trace, out, GOODPUT))
+            with_alerts("alerts", trace, alerts, GOODPUT))
 
 
 def band_counts(rep: EvaluationReport) -> Counter[str]:

@@ -328,24 +328,35 @@ def goodput_cmd(
                     "fleets: 2-7; StepFun's trace 4.2), at the same recall and leads, for a "
                     "synthetic trace whose rate was raised; false alarms stay as they were. "
                     "Default: the trace's own rate.")] = None,
+    drain_at: Annotated[float, typer.Option(
+        min=0, max=1, help="An alert drains its node once its risk reaches this, as the "
+                           "service's FORESHOCK_DRAIN_RISK_THRESHOLD; an episode that never does "
+                           "only alerts, and saves and costs nothing. 0: every alert drains.")]
+    = _COSTS.drain_at,
+    drains_per_hour: Annotated[int, typer.Option(
+        min=0, help="At most this many drains of the job in any hour, as the service's "
+                    "FORESHOCK_DRAIN_MAX_PER_HOUR; an alert held by it drains later in its "
+                    "episode if the hour allows.")] = _COSTS.drains_per_hour,
 ) -> None:
     """Price alerts in training time: goodput with no prediction, each set of alerts, all foreseen.
 
     The goodput of one job across the trace's nodes with no prediction, with each set of alerts
     (a caught failure costs a drain, a missed one a rollback to the last checkpoint and a restart,
-    a false alarm a healthy node drained), and with every precursor foreseen. The model behind it
-    is in predictor/goodput.py."""
+    a false alarm a healthy node drained), and with every precursor foreseen. Alerts drain as the
+    service's decisions would (--drain-at, --drains-per-hour). The model behind it is in
+    predictor/goodput.py."""
     from rich.console import Console
 
     from collector.fleet_trace import TraceFormatError, read_trace
-    from predictor.evaluate import AlertsFormatError, outcomes, read_alerts
+    from predictor.evaluate import AlertsFormatError, read_alerts
     from predictor.goodput import compare, failure_scale, plot, rescaled, to_json
 
     err = Console(stderr=True, soft_wrap=True)
     try:
         config = GoodputConfig(checkpoint_every_s=checkpoint_every, restart_s=restart,
                                checkpoint_s=checkpoint, drain_s=drain,
-                               false_drain_out_s=false_drain_out)
+                               false_drain_out_s=false_drain_out, drain_at=drain_at,
+                               drains_per_hour=drains_per_hour)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     if plot_path is not None:
@@ -357,13 +368,14 @@ def goodput_cmd(
                                  "label", param_hint="--alerts")
     try:
         trace = read_trace(trace_dir, with_failures=True)
-        found = {label: outcomes(trace, read_alerts(path), source=str(path))
-                 for label, path in specs}
+        found = {label: read_alerts(path) for label, path in specs}
+        results = compare(trace, found, config,
+                          sources={label: str(path) for label, path in specs})
     except (TraceFormatError, AlertsFormatError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
-    results = compare(trace, found, config)
-    scope = "one job on every node"
+    scope = (f"one job on every node, drained at risk {drain_at:g} or more, at most "
+             f"{drains_per_hour} an hour")
     if failure_rate is not None:
         scale = failure_scale([trace], failure_rate)
         results = [rescaled(r, scale) for r in results]

@@ -15,9 +15,16 @@ several sources (the model, the rules, none at all) can be compared on one trace
   GPUs while it is out (until someone looks at it and returns it).
 * A late episode (the node failed within 60 s) costs what the failure costs unwarned.
 
+Alerts drain as the service's decisions do (``api/decision_state.derive``): an alert episode
+drains its node at its first alert whose risk reaches ``drain_at``
+(``FORESHOCK_DRAIN_RISK_THRESHOLD``), once per episode, and no more than ``drains_per_hour``
+nodes of the job in any hour (``FORESHOCK_DRAIN_MAX_PER_HOUR``); a held alert drains later in its
+episode once the hour allows.
+An episode that never reaches ``drain_at`` only alerts: it costs nothing, and a failure it
+foresaw costs what an unwarned one does.
+
 What it leaves out, the same in every scenario: periodic checkpoints' own time, repair of the
-failed node, and spare capacity. It assumes every episode drains a node; the service drains only
-at risk 0.5 or more and at most two nodes per job and hour (``FORESHOCK_DRAIN_*``).
+failed node, and spare capacity.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,8 +41,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # pandas stays unloaded for the CLI's defaults (predictor/cli_data.py)
+    import pandas as pd
+
     from collector.fleet_trace import FleetTrace
-    from predictor.evaluate import Outcomes
 
 CAUSES: tuple[str, ...] = ("rollback", "restart", "drain", "early drain", "false drain")
 """What GPU time is lost to: work since the last checkpoint, restarts after a failure, the
@@ -62,13 +72,24 @@ class GoodputConfig:
     the first step; ``foreshock demo`` measures 6-10 s on three nodes)."""
     false_drain_out_s: float = 3600.0
     """A healthy node drained by a false alarm is out this long before it is returned."""
+    drain_at: float = 0.5
+    """An alert drains its node once its risk reaches this (the service's
+    ``FORESHOCK_DRAIN_RISK_THRESHOLD``); 0 drains at every alert."""
+    drains_per_hour: int = 2
+    """At most this many drains of the job in any hour (``FORESHOCK_DRAIN_MAX_PER_HOUR``)."""
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
+            if name in ("drain_at", "drains_per_hour"):
+                continue
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value} must be a finite number of seconds >= 0")
         if self.checkpoint_every_s <= 0:
             raise ValueError(f"checkpoint_every_s={self.checkpoint_every_s} must be > 0")
+        if not 0 <= self.drain_at <= 1:
+            raise ValueError(f"drain_at={self.drain_at} must be a risk from 0 to 1")
+        if self.drains_per_hour < 0:
+            raise ValueError(f"drains_per_hour={self.drains_per_hour} must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,19 +162,54 @@ def oracle(trace: FleetTrace, config: GoodputConfig) -> Goodput:
     return _price(ORACLE, trace, caught, np.where(caught, MIN_LEAD_S, 0.0), 0, config)
 
 
-def with_alerts(label: str, trace: FleetTrace, out: Outcomes, config: GoodputConfig) -> Goodput:
-    """Each failure caught or missed, and each false episode, as ``out`` found them."""
+def drains(alerts: pd.DataFrame, config: GoodputConfig) -> pd.DataFrame:
+    """The alert rows at which the service would drain a node: in each node's alert episode
+    (``evaluate``'s, alerts less than ``EPISODE_GAP_S`` apart), the first whose risk reaches
+    ``drain_at`` while the job has drained fewer than ``drains_per_hour`` nodes in the hour
+    before it."""
+    from predictor.evaluate import EPISODE_GAP_S
+
+    rows = alerts.sort_values(["node", "ts"], kind="stable")
+    ts = rows["ts"].to_numpy(dtype=float)
+    node = rows["node"].astype(str).to_numpy()
+    begins = np.r_[True, (node[1:] != node[:-1]) | (np.diff(ts) >= EPISODE_GAP_S)]
+    episode = np.cumsum(begins)
+    eligible = np.flatnonzero(rows["score"].to_numpy(dtype=float) >= config.drain_at)
+    taken: list[int] = []
+    drained: set[int] = set()
+    recent: deque[float] = deque()  # the job's drains in the last hour, oldest first
+    for i in eligible[np.argsort(ts[eligible], kind="stable")]:
+        if episode[i] in drained:
+            continue
+        while recent and recent[0] <= ts[i] - 3600.0:
+            recent.popleft()
+        if len(recent) >= config.drains_per_hour:
+            continue  # held; a later alert of the episode may drain once the hour allows
+        recent.append(ts[i])
+        drained.add(episode[i])
+        taken.append(i)
+    return rows.iloc[sorted(taken, key=lambda i: ts[i])]
+
+
+def with_alerts(label: str, trace: FleetTrace, alerts: pd.DataFrame, config: GoodputConfig, *,
+                source: str = "alerts") -> Goodput:
+    """Each failure drained ahead or not, and each healthy node drained, by ``drains``."""
+    from predictor.evaluate import outcomes
+
+    out = outcomes(trace, drains(alerts, config), source=source)
     caught = out.failures["caught"].to_numpy(dtype=bool)
     leads = np.nan_to_num(out.failures["lead_s"].to_numpy(dtype=float), nan=0.0)
     false_drains = int((out.episodes["verdict"] == "false").sum())
     return _price(label, trace, caught, leads, false_drains, config)
 
 
-def compare(trace: FleetTrace, alerts: dict[str, Outcomes],
-            config: GoodputConfig) -> list[Goodput]:
-    """No prediction, each labelled set of alerts, and the bound, in that order."""
+def compare(trace: FleetTrace, alerts: Mapping[str, pd.DataFrame], config: GoodputConfig, *,
+            sources: Mapping[str, str] | None = None) -> list[Goodput]:
+    """No prediction, each labelled set of alerts, and the bound, in that order; ``sources``
+    names each set's file in errors."""
     return [reactive(trace, config),
-            *(with_alerts(label, trace, out, config) for label, out in alerts.items()),
+            *(with_alerts(label, trace, frame, config, source=(sources or {}).get(label, label))
+              for label, frame in alerts.items()),
             oracle(trace, config)]
 
 

@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from collector.fleet_trace import FleetTrace, write_trace
 from predictor import cli_data
-from predictor.evaluate import outcomes
 from predictor.goodput import (
     ORACLE,
     REACTIVE,
     GoodputConfig,
     compare,
+    drains,
     failure_scale,
     rescaled,
 )
@@ -42,7 +42,7 @@ def _case() -> tuple[FleetTrace, pd.DataFrame]:
 def test_each_outcome_costs_what_it_does_to_one_job_across_the_fleet() -> None:
     trace, alerts = _case()
     config = GoodputConfig()
-    none, model, bound = compare(trace, {"model": outcomes(trace, alerts)}, config)
+    none, model, bound = compare(trace, {"model": alerts}, config)
     assert [r.label for r in (none, model, bound)] == [REACTIVE, "model", ORACLE]
     gpus, node = 32, 8
     assert none.total_gpu_h == gpus * 24
@@ -72,7 +72,7 @@ def test_a_storm_of_false_alarms_costs_more_than_no_prediction() -> None:
     # every half hour. The alerts "catch" all but cost more training time than they save.
     trace, _ = _case()
     storm = _alerts([(T0 + k * 1800.0 + 60, f"n{k % 4}", 0, "gpu") for k in range(48)])
-    none, rules, _ = compare(trace, {"rules": outcomes(trace, storm)}, GoodputConfig())
+    none, rules, _ = compare(trace, {"rules": storm}, GoodputConfig(drains_per_hour=99))
     assert rules.caught == 3 and rules.false_drains > 20
     assert rules.goodput < none.goodput
 
@@ -80,7 +80,7 @@ def test_a_storm_of_false_alarms_costs_more_than_no_prediction() -> None:
 def test_failures_scaled_to_a_real_rate_leave_false_drains_as_they_were() -> None:
     # The case holds 3 failures in 4 node-days (750 per 1,000); a real fleet has about 4.2.
     trace, alerts = _case()
-    none, model, _ = compare(trace, {"model": outcomes(trace, alerts)}, GoodputConfig())
+    none, model, _ = compare(trace, {"model": alerts}, GoodputConfig())
     scale = failure_scale([trace], 4.2)
     assert scale == pytest.approx(4.2 / 750)
     real_none, real_model = rescaled(none, scale), rescaled(model, scale)
@@ -91,11 +91,71 @@ def test_failures_scaled_to_a_real_rate_leave_false_drains_as_they_were() -> Non
     assert none.goodput - model.goodput < real_none.goodput - real_model.goodput
 
 
+def _risky(rows: list[tuple[float, str, float]]) -> pd.DataFrame:
+    """Alert rows on GPU 0 of each node with the given risks."""
+    frame = _alerts([(ts, node, 0, "gpu") for ts, node, _ in rows])
+    return frame.assign(score=[risk for _, _, risk in rows])
+
+
+def test_only_alerts_that_the_service_would_drain_on_cost_or_save() -> None:
+    # The service drains at a firing alert's risk of 0.5 (FORESHOCK_DRAIN_RISK_THRESHOLD).
+    # A is alerted from 40 min ahead at 0.4 and reaches 0.6 20 min ahead; C's alerts never
+    # reach 0.5; n3's false alarm stands at 0.45 and drains no one.
+    trace, _ = _case()
+    alerts = _risky([(A - 2400 + k * 300, "n0", 0.6 if k >= 4 else 0.4) for k in range(8)]
+                    + [(C - 1500 + k * 300, "n2", 0.45) for k in range(5)]
+                    + [(T0 + 3 * H + k * 300, "n3", 0.45) for k in range(6)])
+    config = GoodputConfig()
+    model = compare(trace, {"model": alerts}, config)[1]
+    gpus, node = 32, 8
+    unwarned = gpus * (config.checkpoint_every_s / 2 + config.restart_s) / 3600
+    assert (model.caught, model.false_drains) == (1, 0)
+    assert model.lost_gpu_h["early drain"] == pytest.approx(node * 1200 / 3600)  # from 0.6 on
+    assert model.lost_gpu_h["rollback"] + model.lost_gpu_h["restart"] == pytest.approx(
+        2 * unwarned)  # B, and C whose alerts stayed below the line
+    # Drained at every alert, C is caught 25 min ahead and n3 drained for nothing.
+    every = compare(trace, {"model": alerts}, dataclasses.replace(config, drain_at=0.0))[1]
+    assert (every.caught, every.false_drains) == (2, 1)
+    assert every.lost_gpu_h["early drain"] == pytest.approx(node * (2400 + 1500) / 3600)
+
+
+def test_no_more_drains_an_hour_than_the_service_allows() -> None:
+    # Three healthy nodes alert at once at 0.9; with two drains an hour the third is held, and
+    # drains once the hour allows if its episode still stands then (n2's does, n3's has ended).
+    trace, _ = _case()
+    start = T0 + 2 * H
+    alerts = _risky([(start, "n0", 0.9), (start + 60, "n1", 0.9)]
+                    + [(start + 120 + k * 300, "n2", 0.9) for k in range(14)]
+                    + [(start + 7 * H + k * 300, "n3", 0.9) for k in range(2)]
+                    + [(start + 7 * H + 60, "n0", 0.9), (start + 7 * H + 120, "n1", 0.9)])
+    taken = drains(alerts, GoodputConfig())
+    assert list(zip(taken["node"], taken["ts"] - start, strict=True)) == [
+        ("n0", 0), ("n1", 60), ("n2", 3720), ("n3", 7 * H), ("n0", 7 * H + 60)]
+    assert len(drains(alerts, GoodputConfig(drains_per_hour=0))) == 0
+    assert len(drains(alerts, GoodputConfig(drains_per_hour=99))) == 6
+    # n0's first drain comes 4 h before A fails there; the other four drain healthy nodes, and
+    # n1's held alert 3 h before B is no catch.
+    priced = compare(trace, {"a": alerts}, GoodputConfig())[1]
+    assert (priced.caught, priced.false_drains) == (1, 4)
+
+
+def test_the_drain_policy_defaults_are_the_services() -> None:
+    from api.settings import Settings
+
+    fields = Settings.model_fields
+    assert GoodputConfig().drain_at == fields["drain_risk_threshold"].default
+    assert GoodputConfig().drains_per_hour == fields["drain_max_per_hour"].default
+
+
 def test_a_config_that_cannot_be_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="restart_s=-1"):
         GoodputConfig(restart_s=-1)
     with pytest.raises(ValueError, match="checkpoint_every_s=0"):
         GoodputConfig(checkpoint_every_s=0)
+    with pytest.raises(ValueError, match=r"drain_at=1\.5"):
+        GoodputConfig(drain_at=1.5)
+    with pytest.raises(ValueError, match="drains_per_hour=-1"):
+        GoodputConfig(drains_per_hour=-1)
 
 
 @pytest.fixture
@@ -127,6 +187,13 @@ def test_cli_compares_alert_sets_in_a_table_json_and_a_plot(app: typer.Typer,
     assert figures["model"]["goodput"] > figures[REACTIVE]["goodput"] > figures[
         "threshold rules"]["goodput"]
     assert figures["model"]["caught"] == 1 and figures["threshold rules"]["false_drains"] > 20
+    assert "at most 2 an hour" in " ".join(done.output.split())
+    # Every alert here reads 0.9: a service that drains from 0.95 only alerts, and loses what
+    # no prediction loses.
+    strict = json.loads(CliRunner().invoke(
+        app, [*args, "--json", "--restart", "1200", "--drain-at", "0.95"]).stdout)
+    assert strict["config"]["drain_at"] == 0.95
+    assert [s["goodput"] for s in strict["scenarios"][:3]] == [figures[REACTIVE]["goodput"]] * 3
     real = json.loads(CliRunner().invoke(
         app, [*args, "--json", "--restart", "1200", "--failure-rate", "4.2"]).stdout)
     assert real["failures_per_1000_node_days"] == 4.2
