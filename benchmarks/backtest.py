@@ -218,7 +218,11 @@ def figures(model_spec: str | None, count: int, only: str | None = None,
                   f"({sum(g.lost for g in priced):,.0f} GPU-h lost, "
                   f"{sum(g.lost_gpu_h['false drain'] for g in priced):,.0f} of them to false "
                   f"drains); {at_real_rate(priced, traces):.3%} at {REAL_RATE:g} failures per "
-                  f"1,000 node-days")
+                  f"1,000 node-days\n       drained ahead "
+                  f"{sum(g.caught for g in priced)}/{sum(g.failures for g in priced)} failures "
+                  f"(caught {tot['caught']:.0f}), healthy nodes drained "
+                  f"{sum(g.false_drains for g in priced)} (false episodes "
+                  f"{tot['false_episodes']:.0f})")
 
 
 def timing(model_spec: str | None, periods: Sequence[float] = (DEFAULT_EVERY_S,)) -> None:
