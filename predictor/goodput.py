@@ -80,9 +80,7 @@ class GoodputConfig:
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if name in ("drain_at", "drains_per_hour"):
-                continue
-            if not (math.isfinite(value) and value >= 0):
+            if name.endswith("_s") and not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value} must be a finite number of seconds >= 0")
         if self.checkpoint_every_s <= 0:
             raise ValueError(f"checkpoint_every_s={self.checkpoint_every_s} must be > 0")
