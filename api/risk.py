@@ -47,10 +47,10 @@ def risk_history(
 ) -> dict[str, object]:
     """Scores over time, oldest first."""
     if gpu is not None and node is None:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             detail="gpu is an index on a node: give node as well")
     if start is not None and end is not None and end < start:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             detail=f"end={end} is before start={start}")
     with store.session() as s:
         rows = [r.to_json() for r in history(s, job=job, node=node, gpu=gpu, kind=kind,
