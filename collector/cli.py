@@ -29,6 +29,7 @@ def export_trace(
 
     from collector.fleet_trace import write_trace
     from collector.store import Store
+    from collector.trace_io import unlogged_jobs
 
     console = Console(stderr=True, soft_wrap=True)
     if start is not None and end is not None and end < start:
@@ -38,6 +39,7 @@ def export_trace(
     try:
         with console.status(f"reading {db} ..."):
             trace = store.read_trace(job=job, start=start, end=end)
+            unlogged = unlogged_jobs(store) if job is None and trace.events_exported else []
         with console.status(f"writing {trace_dir} ..."):
             write_trace(trace_dir, trace)
     finally:
@@ -47,6 +49,10 @@ def export_trace(
     console.print(f"exported {len(trace.gpu)} GPU samples, {len(trace.node)} node rows, "
                   f"{len(trace.links)} link probes, {events} "
                   f"({len(trace.meta.nodes)} nodes) to {trace_dir}")
+    if unlogged:
+        console.print(f"note: job(s) {', '.join(unlogged)} were imported without an XID log, so "
+                      "events.csv claims their imported part raised none; export each alone "
+                      "(--job) to keep that unknown", highlight=False)
 
 
 def import_trace(

@@ -183,6 +183,13 @@ def _events_exported(conn: Any, job: str | None, hi: float) -> bool:
                             for kept, through in marks)
 
 
+def unlogged_jobs(store: Store) -> list[str]:
+    """Jobs imported from a trace without an XID log (``foreshock import``), by name."""
+    with store.engine.connect() as conn:
+        return sorted(job for (job,) in conn.execute(
+            text("SELECT job FROM jobs WHERE NOT events_exported")))
+
+
 def _value(v: Any) -> float | None:
     return None if v is None or v != v else float(v)
 

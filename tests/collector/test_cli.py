@@ -59,13 +59,17 @@ def test_a_job_imported_without_an_event_log_exports_without_one(store_url: str,
     assert "no events.csv" in done.output
     kept = read_trace(tmp_path / "out-kept")
     assert len(kept.events) == len(small_trace().events) > 0
-    # Both jobs at once: the events that were kept are written out.
-    runner.invoke(_app(), ["export", str(tmp_path / "all"), "--db", store_url])
+    # Both jobs at once: the events that were kept are written out, and the export names the
+    # job whose part of them reads as no XIDs.
+    done = runner.invoke(_app(), ["export", str(tmp_path / "all"), "--db", store_url])
     assert read_trace(tmp_path / "all").events_exported
+    assert "job(s) bare were imported without an XID log" in " ".join(done.output.split())
     # Loading the job again from a trace with its log marks it as kept.
     runner.invoke(_app(), ["import", str(tmp_path / "kept"), "--db", store_url, "--job", "bare"])
     runner.invoke(_app(), ["export", str(tmp_path / "again"), "--db", store_url, "--job", "bare"])
     assert read_trace(tmp_path / "again").events_exported
+    done = runner.invoke(_app(), ["export", str(tmp_path / "all-again"), "--db", store_url])
+    assert done.exit_code == 0 and "without an XID log" not in done.output
 
 
 def test_import_of_a_broken_trace_names_the_file(sqlite_url: str, tmp_path: Path) -> None:
