@@ -201,6 +201,12 @@ class Outcomes:
     """Nodes x trace days (from meta.json)."""
 
 
+def episode_begins(ts: np.ndarray) -> np.ndarray:
+    """Which of one node's alert times ``ts`` (sorted) open an alert episode: the first, and
+    each that comes ``EPISODE_GAP_S`` or more after the one before."""
+    return np.r_[True, np.diff(ts) >= EPISODE_GAP_S]
+
+
 def outcomes(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
              source: str = "alerts") -> Outcomes:
     """Each failure caught or missed and each episode true, false or late, as ``evaluate``
@@ -254,7 +260,7 @@ def outcomes(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
     episodes = []
     for node, ts_arr in by_node.items():
         group = per_node[node]
-        begins = np.flatnonzero(np.r_[True, np.diff(ts_arr) >= EPISODE_GAP_S])
+        begins = np.flatnonzero(episode_begins(ts_arr))
         fails = fail_by_node.get(node, np.empty(0))
         for b, e in zip(begins, [*begins[1:], len(ts_arr)], strict=True):
             start = ts_arr[b]

@@ -162,16 +162,15 @@ def oracle(trace: FleetTrace, config: GoodputConfig) -> Goodput:
 
 def drains(alerts: pd.DataFrame, config: GoodputConfig) -> pd.DataFrame:
     """The alert rows at which the service would drain a node: in each node's alert episode
-    (``evaluate``'s, alerts less than ``EPISODE_GAP_S`` apart), the first whose risk reaches
-    ``drain_at`` while the job has drained fewer than ``drains_per_hour`` nodes in the hour
-    before it."""
-    from predictor.evaluate import EPISODE_GAP_S
+    (``evaluate.episode_begins``), the first whose risk reaches ``drain_at`` while the job has
+    drained fewer than ``drains_per_hour`` nodes in the hour before it."""
+    from predictor.evaluate import episode_begins
 
     rows = alerts.sort_values(["node", "ts"], kind="stable")
     ts = rows["ts"].to_numpy(dtype=float)
     node = rows["node"].astype(str).to_numpy()
-    begins = np.r_[True, (node[1:] != node[:-1]) | (np.diff(ts) >= EPISODE_GAP_S)]
-    episode = np.cumsum(begins)
+    # All nodes in one sorted run: each node's first alert opens an episode as well.
+    episode = np.cumsum(episode_begins(ts) | np.r_[True, node[1:] != node[:-1]])
     eligible = np.flatnonzero(rows["score"].to_numpy(dtype=float) >= config.drain_at)
     taken: list[int] = []
     drained: set[int] = set()
