@@ -4,6 +4,7 @@ thread into the top-k kernels by total time (CPU ops on CPU, CUDA kernels on GPU
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -14,6 +15,11 @@ log = logging.getLogger(__name__)
 
 _SKIP_PREFIXES = ("ProfilerStep", "[memory]", "[OutOfMemory]")
 _MAX_NAME = 160
+# Kineto (torch's profiler backend) prints two "USDT: ... profiler_start/stop" lines to stderr
+# at every profile at any level it reads below 6 (its levels: 0 verbose .. 4 error, 5 USDT):
+# two lines per rank every sampled step, in logs the user did not ask the hook to write. Kineto
+# reads the variable when it first starts, so it is set (unless the user set it) before that.
+_KINETO_QUIET = "6"
 
 
 def summarize(prof: Any, *, top_k: int, cuda: bool) -> list[tuple[str, float]]:
@@ -49,7 +55,10 @@ class StepProfiler:
         self.top_k = top_k
         self.cuda = cuda
         self.first_step = first_step
+        if every_steps:
+            os.environ.setdefault("KINETO_LOG_LEVEL", _KINETO_QUIET)
         self.profiled_steps = 0
+        self._warned_empty = False
         self._prof: Any = None
         self._lock = threading.Lock()
         self._summary: list[tuple[str, float]] | None = None
@@ -92,6 +101,11 @@ class StepProfiler:
             # A background summary: log and carry on; the next sampled step tries again.
             log.exception("foreshock: summarizing a profiled step failed")
             return
+        if not summary and self.cuda and not self._warned_empty:
+            # Kineto's own errors (CUPTI missing or busy) are quiet at the level set above.
+            self._warned_empty = True
+            log.warning("foreshock: a profiled step recorded no CUDA kernels; run with "
+                        "KINETO_LOG_LEVEL=4 to see why torch.profiler saw none")
         with self._lock:
             self._summary = summary
 

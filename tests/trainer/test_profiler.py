@@ -3,7 +3,12 @@ ops by total time."""
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -54,3 +59,49 @@ def test_bad_settings_name_the_field() -> None:
         StepProfiler(every_steps=-1, top_k=3, cuda=False)
     with pytest.raises(ValueError, match="profile_top_k"):
         StepProfiler(every_steps=10, top_k=0, cuda=False)
+
+
+_PROFILE_TWO_STEPS = """
+import torch
+from trainer.profiler import StepProfiler
+prof = StepProfiler(every_steps=1, top_k=3, cuda=False, first_step=0)
+for _ in range(2):
+    prof.start()
+    torch.randn(64, 64) @ torch.randn(64, 64)
+    prof.stop()
+    prof.join()
+print(prof.take()[0][0])
+"""
+
+
+def _profile_in_a_fresh_process(**env: str) -> subprocess.CompletedProcess[str]:
+    # Kineto reads its log level once per process, so each reading needs a process of its own.
+    clean = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    return subprocess.run([sys.executable, "-c", _PROFILE_TWO_STEPS], env={**clean, **env},
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=120, check=True)
+
+
+def test_sampled_profiles_write_nothing_to_the_trainers_stderr() -> None:
+    quiet = _profile_in_a_fresh_process()
+    assert quiet.stdout.strip() == "aten::mm"
+    assert "profiler_start" not in quiet.stderr, quiet.stderr
+    assert quiet.stderr == ""
+    # A level the user sets is theirs: kineto's lines come back (torch 2.13 prints them).
+    chatty = _profile_in_a_fresh_process(KINETO_LOG_LEVEL="3")
+    assert chatty.stdout.strip() == "aten::mm"
+    assert chatty.stderr.count("profiler_start") == 2
+
+
+def test_a_cuda_profile_without_kernels_says_how_to_see_why(
+        caplog: pytest.LogCaptureFixture) -> None:
+    prof = StepProfiler(every_steps=1, top_k=3, cuda=True, first_step=0)
+    for _ in range(2):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+            torch.randn(8, 8) @ torch.randn(8, 8)
+        with caplog.at_level(logging.WARNING, logger="trainer.profiler"):
+            prof._summarize(p)  # what the worker thread runs on a CUDA trainer's profile
+    assert prof.take() == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # once, not every sampled step
+    assert "no CUDA kernels" in warnings[0] and "KINETO_LOG_LEVEL=4" in warnings[0]
