@@ -39,7 +39,8 @@ def export_trace(
     try:
         with console.status(f"reading {db} ..."):
             trace = store.read_trace(job=job, start=start, end=end)
-            unlogged = unlogged_jobs(store) if job is None and trace.events_exported else []
+            unlogged = (unlogged_jobs(store, start=start, end=end)
+                        if job is None and trace.events_exported else [])
         with console.status(f"writing {trace_dir} ..."):
             write_trace(trace_dir, trace)
     finally:

@@ -183,11 +183,29 @@ def _events_exported(conn: Any, job: str | None, hi: float) -> bool:
                             for kept, through in marks)
 
 
-def unlogged_jobs(store: Store) -> list[str]:
-    """Jobs imported from a trace without an XID log (``foreshock import``), by name."""
+def unlogged_jobs(store: Store, *, start: float | None = None,
+                  end: float | None = None) -> list[str]:
+    """Jobs imported from a trace without an XID log (``foreshock import``) with data of that
+    import (up to the mark's ``through``) between ``start`` and ``end``, by name."""
     with store.engine.connect() as conn:
-        return sorted(job for (job,) in conn.execute(
-            text("SELECT job FROM jobs WHERE NOT events_exported")))
+        marks = list(conn.execute(text("SELECT job, through FROM jobs WHERE NOT events_exported")))
+        return sorted(job for job, through in marks
+                      if _has_data(conn, job, start, through if end is None else min(end, through)))
+
+
+def _has_data(conn: Any, job: str, start: float | None, end: float) -> bool:
+    """Whether ``job`` holds a GPU sample or a point between ``start`` and ``end``."""
+    if start is not None and end < start:
+        return False
+    where, params = _where(job, start, end, "g.ts")
+    if conn.execute(text(f"SELECT 1 FROM gpu_samples g JOIN entities e ON e.id = g.entity_id "
+                         f"WHERE {where} LIMIT 1"), params).first() is not None:
+        return True
+    where, params = _where(job, start, end, "p.ts")
+    points = points_join(sqlite=conn.dialect.name == "sqlite",
+                         lo=":start" if "start" in params else None, hi=":end")
+    return conn.execute(text(f"SELECT 1 FROM series s JOIN entities e ON e.id = s.entity_id "
+                             f"{points} WHERE {where} LIMIT 1"), params).first() is not None
 
 
 def _value(v: Any) -> float | None:

@@ -7,6 +7,8 @@ from typer.testing import CliRunner
 
 from collector import cli
 from collector.fleet_trace import read_trace, write_trace
+from collector.store import Store
+from collector.trace_io import trace_batches
 from tests.collector.test_store import T0, small_trace
 
 
@@ -70,6 +72,38 @@ def test_a_job_imported_without_an_event_log_exports_without_one(store_url: str,
     assert read_trace(tmp_path / "again").events_exported
     done = runner.invoke(_app(), ["export", str(tmp_path / "all-again"), "--db", store_url])
     assert done.exit_code == 0 and "without an XID log" not in done.output
+
+
+def test_an_export_of_a_time_range_names_only_the_unlogged_jobs_within_it(
+        store_url: str, tmp_path: Path) -> None:
+    # Job "bare" was imported without an XID log for T0+1000..T0+1090 and has a live hook's data
+    # (which reports XIDs) at T0+2000..; job "kept" holds T0..T0+90.
+    runner = CliRunner()
+    bare = dataclasses.replace(small_trace(t0=T0 + 1000, nodes=("m0", "m1")),
+                               events_exported=False)
+    for name, trace in (("kept", small_trace()), ("bare", bare)):
+        write_trace(tmp_path / name, trace)
+        done = runner.invoke(_app(), ["import", str(tmp_path / name), "--db", store_url,
+                                      "--job", name])
+        assert done.exit_code == 0, done.output
+    store = Store.open(store_url)
+    for batch in trace_batches(small_trace(t0=T0 + 2000, nodes=("m0", "m1")), job="bare"):
+        store.write(batch)
+    store.close()
+
+    def note(*window: float) -> bool:
+        out = tmp_path / f"out-{len(list(tmp_path.iterdir()))}"
+        args = [a for flag, t in zip(("--from", "--to"), window, strict=False)
+                for a in (flag, str(t))]
+        done = runner.invoke(_app(), ["export", str(out), "--db", store_url, *args])
+        assert done.exit_code == 0, done.output
+        return "job(s) bare were imported without" in " ".join(done.output.split())
+
+    assert note()  # every job, every time
+    assert note(T0 + 1050, T0 + 1060) and note(T0, T0 + 1000) and note(T0 + 1090)
+    assert not note(T0, T0 + 99)  # "kept"'s time alone
+    assert not note(T0 + 1091)  # after the import, only the hook's data, which kept its XIDs
+    assert not note(T0 + 1500, T0 + 1600)  # nothing of any job
 
 
 def test_import_of_a_broken_trace_names_the_file(sqlite_url: str, tmp_path: Path) -> None:
