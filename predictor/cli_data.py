@@ -329,21 +329,22 @@ def goodput_cmd(
                     "synthetic trace whose rate was raised; false alarms stay as they were. "
                     "Default: the trace's own rate.")] = None,
     drain_at: Annotated[float, typer.Option(
-        min=0, max=1, help="An alert drains its node once its risk reaches this, as the "
-                           "service's FORESHOCK_DRAIN_RISK_THRESHOLD; an episode that never does "
-                           "only alerts, and saves and costs nothing. 0: every alert drains.")]
+        min=0, max=1, help="An alert drains its node once its risk reaches this, as in the "
+                           "service; an episode that never does only alerts, and saves and "
+                           "costs nothing. 0: every alert drains.")]
     = _COSTS.drain_at,
     drains_per_hour: Annotated[int, typer.Option(
-        min=0, help="At most this many drains of the job in any hour, as the service's "
-                    "FORESHOCK_DRAIN_MAX_PER_HOUR; an alert held by it drains later in its "
-                    "episode if the hour allows.")] = _COSTS.drains_per_hour,
+        min=0, help="At most this many drains of the job in any hour, as in the service; an "
+                    "alert held by it drains later in its episode if the hour allows.")]
+    = _COSTS.drains_per_hour,
 ) -> None:
     """Price alerts in training time: goodput with no prediction, each set of alerts, all foreseen.
 
     The goodput of one job across the trace's nodes with no prediction, with each set of alerts
     (a caught failure costs a drain, a missed one a rollback to the last checkpoint and a restart,
     a false alarm a healthy node drained), and with every precursor foreseen. Alerts drain as the
-    service's decisions would (--drain-at, --drains-per-hour). The model behind it is in
+    service's decisions would: --drain-at and --drains-per-hour default to its
+    FORESHOCK_DRAIN_RISK_THRESHOLD and FORESHOCK_DRAIN_MAX_PER_HOUR. The model behind it is in
     predictor/goodput.py."""
     from rich.console import Console
 

@@ -118,20 +118,21 @@ def backtest(
              "spread of where 300-s ticks fall (predictor/README.md).")] = 300.0,
     fire_at: Annotated[float | None, typer.Option(
         min=0.0, max=1.0,
-        help="Risk at or above which a node becomes an alert candidate (the service's "
-             "FORESHOCK_ALERT_FIRE_AT). Default: the model's own alert policy "
+        help="Risk at or above which a node becomes an alert candidate. Default: the "
+             "model's own alert policy "
              "(predictor/hysteresis.py). Higher: fewer false alerts, fewer catches.")] = None,
     persist: Annotated[float | None, typer.Option(
         min=0.0,
-        help="Seconds a candidate's risk must hold before its alert opens (the service's "
-             "FORESHOCK_ALERT_PERSIST_S). Default: the model's own alert policy.")
+        help="Seconds a candidate's risk must hold before its alert opens. Default: the "
+             "model's own alert policy.")
     ] = None,
 ) -> None:
     """Replay a trace through the online scoring path and write the alerts it would raise.
 
     failures.csv is never read while predicting (only --plot reads it, afterwards). Try
-    --fire-at / --persist on your own history before changing the service's settings:
-    `foreshock evaluate` shows what each costs in catches and false alerts.
+    --fire-at / --persist on your own history before changing the service's settings of the
+    same meaning, FORESHOCK_ALERT_FIRE_AT and FORESHOCK_ALERT_PERSIST_S: `foreshock evaluate`
+    shows what each costs in catches and false alerts.
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn

@@ -1,4 +1,5 @@
-"""`foreshock ... --help` reads as prose: each paragraph flows to the terminal's width."""
+"""`foreshock ... --help` reads as prose: each paragraph flows to the terminal's width, and
+nothing is cut short."""
 from __future__ import annotations
 
 from itertools import pairwise
@@ -38,16 +39,19 @@ def test_every_commands_help_flows_its_paragraphs_to_the_width() -> None:
         api_cli._register_all()
     root = typer.main.get_command(api_cli.app)
     width = 80
-    ragged = []
+    ragged, cut = [], []
     paths = _paths(root)
     assert len(paths) > 15, paths  # every package's commands, and the model/dashboards groups
     for path in paths:
         done = CliRunner().invoke(api_cli.app, [*path, "--help"], terminal_width=width,
                                   env={"COLUMNS": str(width)})
         assert done.exit_code == 0, (path, done.output)
+        # A word wider than its column is cut short, and the user cannot read what it named.
+        cut += [(" ".join(path), line) for line in done.output.splitlines() if "…" in line]
         for paragraph in _description(done.output):
             # A line that ends where the next word would still have fit is a docstring's own
             # line break shown as is (the text sits between one-column margins).
             ragged += [(" ".join(path), line) for line, after in pairwise(paragraph)
                        if len(line) + 1 + len(after.split()[0]) <= width - 2]
     assert not ragged, ragged
+    assert not cut, cut
