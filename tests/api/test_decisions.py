@@ -115,6 +115,30 @@ def test_firing_alert_becomes_one_decision_the_trainer_carries_out(
         assert bad.status_code == 422 and "pending" in bad.text
 
 
+def test_a_drained_node_back_in_the_job_and_alerting_again_is_drained_again(
+        store: Store, sqlite_url: str) -> None:
+    # A drained node goes silent and the scorer resolves its alert; returned to the job with its
+    # risk still high, it alerts anew, and that new episode is a new decision.
+    from api.alert_state import resolve
+
+    _steps(store, job=JOB, nodes=["node-a", "node-b", "node-c"], ts=time.time())
+    _alert(store, node="node-c")
+    for client in _client(store, sqlite_url):
+        first = _poll(client)["decisions"][0]["id"]
+        client.post(f"/api/v1/jobs/{JOB}/decisions/{first}/ack", headers=INGEST,
+                    json={"step": 50})
+        client.post(f"/api/v1/jobs/{JOB}/decisions/{first}/done", headers=INGEST)
+        with store.session() as s:
+            resolve(s, job=JOB, node="node-c", gpu=0, peer=None, kind="gpu", ts=time.time())
+        assert _poll(client)["decisions"] == []
+        _steps(store, job=JOB, nodes=["node-c"], ts=time.time())  # back in the job
+        again = _alert(store, node="node-c")
+        second = _poll(client)["decisions"]
+        assert [(d["node"], d["alert_id"], d["state"]) for d in second] == [
+            ("node-c", again, "pending")]
+        assert second[0]["id"] != first
+
+
 def test_cancelled_decision_is_not_acted_on_nor_taken_again(store: Store, sqlite_url: str,
                                                             tmp_path: Path) -> None:
     _steps(store, job=JOB, nodes=["node-a", "node-b", "node-c"], ts=time.time())
