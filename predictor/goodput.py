@@ -19,7 +19,10 @@ Alerts drain as the service's decisions do (``api/decision_state.derive``): an a
 drains its node at its first alert whose risk reaches ``drain_at``
 (``FORESHOCK_DRAIN_RISK_THRESHOLD``), once per episode, and no more than ``drains_per_hour``
 nodes of the job in any hour (``FORESHOCK_DRAIN_MAX_PER_HOUR``); a held alert drains later in its
-episode once the hour allows.
+episode once the hour allows. A drained node goes silent, so the service resolves its alert; an
+episode of the backtest that outlasts the node's time out is the node alerting again once it is
+back, and it drains again (a false drain each time on a healthy node, and a failure caught if the
+drain comes within 6 h of it).
 An episode that never reaches ``drain_at`` only alerts: it costs nothing, and a failure it
 foresaw costs what an unwarned one does.
 
@@ -127,13 +130,16 @@ def _job(trace: FleetTrace) -> tuple[int, int, float]:
 
 
 def _price(label: str, trace: FleetTrace, caught: np.ndarray, leads: np.ndarray,
-           false_drains: int, config: GoodputConfig) -> Goodput:
+           false_drains: int, config: GoodputConfig, *, doomed_drains: int | None = None
+           ) -> Goodput:
+    """``doomed_drains``: drains of nodes that went on to fail (default: one per catch)."""
     gpus, per_node, seconds = _job(trace)
     missed = int((~caught).sum())
+    doomed = int(caught.sum()) if doomed_drains is None else doomed_drains
     lost_s = {
         "rollback": missed * gpus * config.checkpoint_every_s / 2,
         "restart": missed * gpus * config.restart_s,
-        "drain": int(caught.sum()) * gpus * (config.checkpoint_s + config.drain_s),
+        "drain": doomed * gpus * (config.checkpoint_s + config.drain_s),
         "early drain": float(leads[caught].sum()) * per_node,
         "false drain": false_drains * (gpus * (config.checkpoint_s + config.drain_s)
                                        + per_node * config.false_drain_out_s),
@@ -163,7 +169,8 @@ def oracle(trace: FleetTrace, config: GoodputConfig) -> Goodput:
 def drains(alerts: pd.DataFrame, config: GoodputConfig) -> pd.DataFrame:
     """The alert rows at which the service would drain a node: in each node's alert episode
     (``evaluate.episode_begins``), the first whose risk reaches ``drain_at`` while the job has
-    drained fewer than ``drains_per_hour`` nodes in the hour before it."""
+    drained fewer than ``drains_per_hour`` nodes in the hour before it, and again so once the
+    node is back from ``false_drain_out_s`` out."""
     from predictor.evaluate import episode_begins
 
     rows = alerts.sort_values(["node", "ts"], kind="stable")
@@ -173,17 +180,17 @@ def drains(alerts: pd.DataFrame, config: GoodputConfig) -> pd.DataFrame:
     episode = np.cumsum(episode_begins(ts) | np.r_[True, node[1:] != node[:-1]])
     eligible = np.flatnonzero(rows["score"].to_numpy(dtype=float) >= config.drain_at)
     taken: list[int] = []
-    drained: set[int] = set()
+    drained: dict[int, float] = {}  # each episode's latest drain
     recent: deque[float] = deque()  # the job's drains in the last hour, oldest first
     for i in eligible[np.argsort(ts[eligible], kind="stable")]:
-        if episode[i] in drained:
-            continue
+        if episode[i] in drained and ts[i] < drained[episode[i]] + config.false_drain_out_s:
+            continue  # the node is out
         while recent and recent[0] <= ts[i] - 3600.0:
             recent.popleft()
         if len(recent) >= config.drains_per_hour:
             continue  # held; a later alert of the episode may drain once the hour allows
         recent.append(ts[i])
-        drained.add(episode[i])
+        drained[episode[i]] = ts[i]
         taken.append(i)
     return rows.iloc[sorted(taken, key=lambda i: ts[i])]
 
@@ -196,8 +203,9 @@ def with_alerts(label: str, trace: FleetTrace, alerts: pd.DataFrame, config: Goo
     out = outcomes(trace, drains(alerts, config), source=source)
     caught = out.failures["caught"].to_numpy(dtype=bool)
     leads = np.nan_to_num(out.failures["lead_s"].to_numpy(dtype=float), nan=0.0)
-    false_drains = int((out.episodes["verdict"] == "false").sum())
-    return _price(label, trace, caught, leads, false_drains, config)
+    verdicts = out.episodes["verdict"]
+    return _price(label, trace, caught, leads, int((verdicts == "false").sum()), config,
+                  doomed_drains=int((verdicts == "true").sum()))
 
 
 def compare(trace: FleetTrace, alerts: Mapping[str, pd.DataFrame], config: GoodputConfig, *,
