@@ -321,8 +321,9 @@ def goodput_cmd(
         help="Seconds after a drain until the job trains again on the other nodes "
              "(re-rendezvous).")] = _COSTS.drain_s,
     false_drain_out: Annotated[float, typer.Option(
-        help="Seconds a healthy node drained by a false alarm is out before it is "
-             "returned.")] = _COSTS.false_drain_out_s,
+        help="Seconds a drained node is out before it is returned; a healthy one costs its "
+             "GPUs for that long, and one whose alert still stands then drains again.")]
+    = _COSTS.false_drain_out_s,
     failure_rate: Annotated[float | None, typer.Option(
         min=0, help="Scale what failures cost to this many failures per 1,000 node-days (real "
                     "fleets: 2-7; StepFun's trace 4.2), at the same recall and leads, for a "
@@ -344,7 +345,8 @@ def goodput_cmd(
     (a caught failure costs a drain, a missed one a rollback to the last checkpoint and a restart,
     a false alarm a healthy node drained), and with every precursor foreseen. Alerts drain as the
     service's decisions would: --drain-at and --drains-per-hour default to its
-    FORESHOCK_DRAIN_RISK_THRESHOLD and FORESHOCK_DRAIN_MAX_PER_HOUR. The model behind it is in
+    FORESHOCK_DRAIN_RISK_THRESHOLD and FORESHOCK_DRAIN_MAX_PER_HOUR, and a node back from its
+    --false-drain-out with its alert still standing drains again. The model behind it is in
     predictor/goodput.py."""
     from rich.console import Console
 

@@ -74,7 +74,8 @@ class GoodputConfig:
     """After a drain, until the job trains again on the other nodes (elastic re-rendezvous and
     the first step; ``foreshock demo`` measures 6-10 s on three nodes)."""
     false_drain_out_s: float = 3600.0
-    """A healthy node drained by a false alarm is out this long before it is returned."""
+    """A drained node is out this long before it is returned: a healthy one costs its GPUs for
+    that long, and one whose alert episode still stands then drains again."""
     drain_at: float = 0.5
     """An alert drains its node once its risk reaches this (the service's
     ``FORESHOCK_DRAIN_RISK_THRESHOLD``); 0 drains at every alert."""
