@@ -15,14 +15,14 @@ several sources (the model, the rules, none at all) can be compared on one trace
   GPUs while it is out (until someone looks at it and returns it).
 * A late episode (the node failed within 60 s) costs what the failure costs unwarned.
 
-Alerts drain as the service's decisions do (``api/decision_state.derive``): an alert episode
-drains its node at its first alert whose risk reaches ``drain_at``
-(``FORESHOCK_DRAIN_RISK_THRESHOLD``), once per episode, and no more than ``drains_per_hour``
-nodes of the job in any hour (``FORESHOCK_DRAIN_MAX_PER_HOUR``); a held alert drains later in its
-episode once the hour allows. A drained node goes silent, so the service resolves its alert; an
-episode of the backtest that outlasts the node's time out is the node alerting again once it is
-back, and it drains again (a false drain each time on a healthy node, and a failure caught if the
-drain comes within 6 h of it).
+Alerts drain as the service's decisions do (``api/decision_state.derive``): a node drains at its
+first alert whose risk reaches ``drain_at`` (``FORESHOCK_DRAIN_RISK_THRESHOLD``), and no more than
+``drains_per_hour`` nodes of the job drain in any hour (``FORESHOCK_DRAIN_MAX_PER_HOUR``); a held
+alert drains later once the hour allows. A node drained 60 s to 6 h before its failure stays out
+until it fails. Any other is back after ``false_drain_out_s``, and if its alert still stands it
+drains again: the service saw the node go silent and resolved its alert, and decides anew when the
+node reports again. So a standing false alarm drains a healthy node every time it comes back, and
+a failure alerted on more than 6 h ahead is caught by the drain that falls within 6 h of it.
 An episode that never reaches ``drain_at`` only alerts: it costs nothing, and a failure it
 foresaw costs what an unwarned one does.
 
@@ -74,8 +74,8 @@ class GoodputConfig:
     """After a drain, until the job trains again on the other nodes (elastic re-rendezvous and
     the first step; ``foreshock demo`` measures 6-10 s on three nodes)."""
     false_drain_out_s: float = 3600.0
-    """A drained node is out this long before it is returned: a healthy one costs its GPUs for
-    that long, and one whose alert episode still stands then drains again."""
+    """A drained node that is not about to fail is out this long before it is returned: a
+    healthy one costs its GPUs for that long, and one whose alert still stands drains again."""
     drain_at: float = 0.5
     """An alert drains its node once its risk reaches this (the service's
     ``FORESHOCK_DRAIN_RISK_THRESHOLD``); 0 drains at every alert."""
@@ -131,16 +131,13 @@ def _job(trace: FleetTrace) -> tuple[int, int, float]:
 
 
 def _price(label: str, trace: FleetTrace, caught: np.ndarray, leads: np.ndarray,
-           false_drains: int, config: GoodputConfig, *, doomed_drains: int | None = None
-           ) -> Goodput:
-    """``doomed_drains``: drains of nodes that went on to fail (default: one per catch)."""
+           false_drains: int, config: GoodputConfig) -> Goodput:
     gpus, per_node, seconds = _job(trace)
     missed = int((~caught).sum())
-    doomed = int(caught.sum()) if doomed_drains is None else doomed_drains
     lost_s = {
         "rollback": missed * gpus * config.checkpoint_every_s / 2,
         "restart": missed * gpus * config.restart_s,
-        "drain": doomed * gpus * (config.checkpoint_s + config.drain_s),
+        "drain": int(caught.sum()) * gpus * (config.checkpoint_s + config.drain_s),
         "early drain": float(leads[caught].sum()) * per_node,
         "false drain": false_drains * (gpus * (config.checkpoint_s + config.drain_s)
                                        + per_node * config.false_drain_out_s),
@@ -167,33 +164,41 @@ def oracle(trace: FleetTrace, config: GoodputConfig) -> Goodput:
     return _price(ORACLE, trace, caught, np.where(caught, MIN_LEAD_S, 0.0), 0, config)
 
 
-def drains(alerts: pd.DataFrame, config: GoodputConfig) -> pd.DataFrame:
-    """The alert rows at which the service would drain a node: in each node's alert episode
-    (``evaluate.episode_begins``), the first whose risk reaches ``drain_at`` while the job has
-    drained fewer than ``drains_per_hour`` nodes in the hour before it, and again so once the
-    node is back from ``false_drain_out_s`` out."""
-    from predictor.evaluate import episode_begins
+def drains(alerts: pd.DataFrame, config: GoodputConfig,
+           failures: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The alert rows at which the service would drain a node: each alert whose risk reaches
+    ``drain_at`` while its node is in the job and the job has drained fewer than
+    ``drains_per_hour`` nodes in the hour before it.
 
-    rows = alerts.sort_values(["node", "ts"], kind="stable")
+    A drained node is out ``false_drain_out_s``, then back in the job, where an alert that still
+    stands drains it again (the service resolves a silent node's alert and decides anew when it
+    reports again). A node drained 60 s to 6 h before one of its ``failures`` (the catch window
+    of ``evaluate``) stays out until it fails: the drain caught it."""
+    from predictor.evaluate import HORIZON_S, MIN_LEAD_S
+
+    rows = alerts.sort_values("ts", kind="stable")
     ts = rows["ts"].to_numpy(dtype=float)
     node = rows["node"].astype(str).to_numpy()
-    # All nodes in one sorted run: each node's first alert opens an episode as well.
-    episode = np.cumsum(episode_begins(ts) | np.r_[True, node[1:] != node[:-1]])
-    eligible = np.flatnonzero(rows["score"].to_numpy(dtype=float) >= config.drain_at)
+    fails: dict[str, np.ndarray] = {}
+    if failures is not None and len(failures):
+        for name, at in failures.groupby(failures["node"].astype(str))["ts"]:
+            fails[str(name)] = np.sort(at.to_numpy(dtype=float))
+    back: dict[str, float] = {}  # when each drained node is in the job again
     taken: list[int] = []
-    drained: dict[int, float] = {}  # each episode's latest drain
     recent: deque[float] = deque()  # the job's drains in the last hour, oldest first
-    for i in eligible[np.argsort(ts[eligible], kind="stable")]:
-        if episode[i] in drained and ts[i] < drained[episode[i]] + config.false_drain_out_s:
+    for i in np.flatnonzero(rows["score"].to_numpy(dtype=float) >= config.drain_at):
+        if ts[i] < back.get(node[i], -math.inf):
             continue  # the node is out
         while recent and recent[0] <= ts[i] - 3600.0:
             recent.popleft()
         if len(recent) >= config.drains_per_hour:
-            continue  # held; a later alert of the episode may drain once the hour allows
+            continue  # held; a later alert of the node may drain once the hour allows
         recent.append(ts[i])
-        drained[episode[i]] = ts[i]
-        taken.append(i)
-    return rows.iloc[sorted(taken, key=lambda i: ts[i])]
+        taken.append(int(i))
+        ahead = fails.get(node[i], np.empty(0))
+        ahead = ahead[(ahead >= ts[i] + MIN_LEAD_S) & (ahead <= ts[i] + HORIZON_S)]
+        back[node[i]] = float(ahead[0]) if len(ahead) else ts[i] + config.false_drain_out_s
+    return rows.iloc[taken]
 
 
 def with_alerts(label: str, trace: FleetTrace, alerts: pd.DataFrame, config: GoodputConfig, *,
@@ -201,12 +206,11 @@ def with_alerts(label: str, trace: FleetTrace, alerts: pd.DataFrame, config: Goo
     """Each failure drained ahead or not, and each healthy node drained, by ``drains``."""
     from predictor.evaluate import outcomes
 
-    out = outcomes(trace, drains(alerts, config), source=source)
+    out = outcomes(trace, drains(alerts, config, trace.failures), source=source)
     caught = out.failures["caught"].to_numpy(dtype=bool)
     leads = np.nan_to_num(out.failures["lead_s"].to_numpy(dtype=float), nan=0.0)
-    verdicts = out.episodes["verdict"]
-    return _price(label, trace, caught, leads, int((verdicts == "false").sum()), config,
-                  doomed_drains=int((verdicts == "true").sum()))
+    false_drains = int((out.episodes["verdict"] == "false").sum())
+    return _price(label, trace, caught, leads, false_drains, config)
 
 
 def compare(trace: FleetTrace, alerts: Mapping[str, pd.DataFrame], config: GoodputConfig, *,

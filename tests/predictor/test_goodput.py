@@ -144,29 +144,32 @@ def test_no_more_drains_an_hour_than_the_service_allows() -> None:
 
 def test_a_node_back_from_a_drain_with_its_alert_still_standing_drains_again() -> None:
     # The service drains a node, sees it go silent and resolves its alert; an hour on it is back,
-    # alerts anew and drains again. n0 alerts at 0.9 from 7 h 50 min before its GPU fails,
-    # n3 (healthy) for 3 h 10 min.
+    # alerts anew and drains again, until a drain comes within 6 h of its failure: then it is out
+    # until it fails. n0 alerts at 0.9 from 7 h 50 min before its GPU fails, n3 (healthy) for
+    # 3 h 10 min.
     fail = T0 + 12 * H
     trace = _trace([(fail, "n0", 0, "gpu", 8 * H)], days=1.0)
-    alerts = _risky([(t, "n0", 0.9) for t in range(int(fail - 7 * H - 3000), int(fail), 300)]
+    first = fail - 7 * H - 3000
+    alerts = _risky([(t, "n0", 0.9) for t in range(int(first), int(fail), 300)]
                     + [(T0 + 14 * H + k * 300, "n3", 0.9) for k in range(39)])
     config = GoodputConfig()
-    taken = drains(alerts, config)
-    first = fail - 7 * H - 3000
-    assert list(taken.loc[taken["node"] == "n0", "ts"] - first) == [k * H for k in range(8)]
+    taken = drains(alerts, config, trace.failures)
+    assert list(taken.loc[taken["node"] == "n0", "ts"] - first) == [0, H, 2 * H]
     assert list(taken.loc[taken["node"] == "n3", "ts"] - (T0 + 14 * H)) == [0, H, 2 * H, 3 * H]
-    # n0's drains more than 6 h ahead are false and the first within 6 h catches its failure
-    # 5 h 50 min ahead; each drain of n0 is paid for, the six that came in time as well.
+    # n0's two drains more than 6 h ahead are false; the third catches its failure 5 h 50 min
+    # ahead, one drain paid for and the node out from then on.
     priced = compare(trace, {"a": alerts}, config)[1]
     assert (priced.caught, priced.false_drains) == (1, 2 + 4)
     gpus, node = 32, 8
     drain = gpus * (config.checkpoint_s + config.drain_s) / 3600
-    assert priced.lost_gpu_h["drain"] == pytest.approx(6 * drain)
+    assert priced.lost_gpu_h["drain"] == pytest.approx(drain)
     assert priced.lost_gpu_h["early drain"] == pytest.approx(node * (5 + 50 / 60))
     assert priced.lost_gpu_h["rollback"] == 0
-    # A node out for longer is drained fewer times: out for 3 h, n0 twice and n3 twice.
-    longer = drains(alerts, dataclasses.replace(config, false_drain_out_s=3 * H))
-    assert list(longer["node"]) == ["n0", "n0", "n0", "n3", "n3"]
+    # Out for 3 h, n0 drains once too early and once in time, and n3 twice.
+    longer = drains(alerts, dataclasses.replace(config, false_drain_out_s=3 * H), trace.failures)
+    assert list(longer["node"]) == ["n0", "n0", "n3", "n3"]
+    # Nothing said of failures, every drained node comes back: n0 drains until it fails.
+    assert list(drains(alerts, config)["node"]).count("n0") == 8
 
 
 def test_the_drain_policy_defaults_are_the_services() -> None:
