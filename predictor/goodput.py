@@ -19,10 +19,11 @@ Alerts drain as the service's decisions do (``api/decision_state.derive``): a no
 first alert whose risk reaches ``drain_at`` (``FORESHOCK_DRAIN_RISK_THRESHOLD``), and no more than
 ``drains_per_hour`` nodes of the job drain in any hour (``FORESHOCK_DRAIN_MAX_PER_HOUR``); a held
 alert drains later once the hour allows. A node drained 60 s to 6 h before its failure stays out
-until it fails. Any other is back after ``false_drain_out_s``, and if its alert still stands it
-drains again: the service saw the node go silent and resolved its alert, and decides anew when the
-node reports again. So a standing false alarm drains a healthy node every time it comes back, and
-a failure alerted on more than 6 h ahead is caught by the drain that falls within 6 h of it.
+until it fails, and a failed node is out for repair (``false_drain_out_s`` at least). Any other is
+back after ``false_drain_out_s``, and if its alert still stands it drains again: the service saw
+the node go silent and resolved its alert, and decides anew when the node reports again. So a
+standing false alarm drains a healthy node every time it comes back, and a failure alerted on more
+than 6 h ahead is caught by the drain that falls within 6 h of it.
 An episode that never reaches ``drain_at`` only alerts: it costs nothing, and a failure it
 foresaw costs what an unwarned one does.
 
@@ -173,7 +174,8 @@ def drains(alerts: pd.DataFrame, config: GoodputConfig,
     A drained node is out ``false_drain_out_s``, then back in the job, where an alert that still
     stands drains it again (the service resolves a silent node's alert and decides anew when it
     reports again). A node drained 60 s to 6 h before one of its ``failures`` (the catch window
-    of ``evaluate``) stays out until it fails: the drain caught it."""
+    of ``evaluate``) stays out until it fails: the drain caught it. A node that has failed is out
+    for at least ``false_drain_out_s`` too (alerts on its links can outlast it)."""
     from predictor.evaluate import HORIZON_S, MIN_LEAD_S
 
     rows = alerts.sort_values("ts", kind="stable")
@@ -187,8 +189,10 @@ def drains(alerts: pd.DataFrame, config: GoodputConfig,
     taken: list[int] = []
     recent: deque[float] = deque()  # the job's drains in the last hour, oldest first
     for i in np.flatnonzero(rows["score"].to_numpy(dtype=float) >= config.drain_at):
-        if ts[i] < back.get(node[i], -math.inf):
-            continue  # the node is out
+        failed = fails.get(node[i], np.empty(0))
+        failed = failed[(failed <= ts[i]) & (failed > ts[i] - config.false_drain_out_s)]
+        if ts[i] < back.get(node[i], -math.inf) or len(failed):
+            continue  # the node is out: drained, or failed and not back from repair
         while recent and recent[0] <= ts[i] - 3600.0:
             recent.popleft()
         if len(recent) >= config.drains_per_hour:

@@ -145,12 +145,12 @@ def test_no_more_drains_an_hour_than_the_service_allows() -> None:
 def test_a_node_back_from_a_drain_with_its_alert_still_standing_drains_again() -> None:
     # The service drains a node, sees it go silent and resolves its alert; an hour on it is back,
     # alerts anew and drains again, until a drain comes within 6 h of its failure: then it is out
-    # until it fails. n0 alerts at 0.9 from 7 h 50 min before its GPU fails, n3 (healthy) for
-    # 3 h 10 min.
+    # until it fails. n0 alerts at 0.9 from 7 h 50 min before its GPU fails to 15 min after (a
+    # failed node is out for repair), n3 (healthy) for 3 h 10 min.
     fail = T0 + 12 * H
     trace = _trace([(fail, "n0", 0, "gpu", 8 * H)], days=1.0)
     first = fail - 7 * H - 3000
-    alerts = _risky([(t, "n0", 0.9) for t in range(int(first), int(fail), 300)]
+    alerts = _risky([(t, "n0", 0.9) for t in range(int(first), int(fail) + 900, 300)]
                     + [(T0 + 14 * H + k * 300, "n3", 0.9) for k in range(39)])
     config = GoodputConfig()
     taken = drains(alerts, config, trace.failures)
@@ -168,8 +168,8 @@ def test_a_node_back_from_a_drain_with_its_alert_still_standing_drains_again() -
     # Out for 3 h, n0 drains once too early and once in time, and n3 twice.
     longer = drains(alerts, dataclasses.replace(config, false_drain_out_s=3 * H), trace.failures)
     assert list(longer["node"]) == ["n0", "n0", "n3", "n3"]
-    # Nothing said of failures, every drained node comes back: n0 drains until it fails.
-    assert list(drains(alerts, config)["node"]).count("n0") == 8
+    # Nothing said of failures, every drained node comes back: n0 drains every hour it alerts.
+    assert list(drains(alerts, config)["node"]).count("n0") == 9
 
 
 def test_the_drain_policy_defaults_are_the_services() -> None:
