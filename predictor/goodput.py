@@ -9,8 +9,8 @@ several sources (the model, the rules, none at all) can be compared on one trace
   half the checkpoint period of work lost on every GPU) and costs a restart (detect the hang,
   reschedule, reload) on every GPU.
 * A failure caught 60 s to 6 h ahead (fleet-trace.md) costs an on-demand checkpoint and an
-  elastic re-rendezvous on every GPU, and the failing node's GPUs from the alert to the failure:
-  it is drained at the first alert and would have trained until it broke.
+  elastic re-rendezvous on every GPU, and the failing node's GPUs from its drain to the failure:
+  it would have trained until it broke.
 * A false episode drains a healthy node: the same checkpoint and re-rendezvous, and the node's
   GPUs while it is out (until someone looks at it and returns it).
 * A late episode (the node failed within 60 s) costs what the failure costs unwarned.
