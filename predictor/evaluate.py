@@ -201,10 +201,10 @@ class Outcomes:
     """Nodes x trace days (from meta.json)."""
 
 
-def episode_begins(ts: np.ndarray) -> np.ndarray:
-    """Which of one node's alert times ``ts`` (sorted) open an alert episode: the first, and
-    each that comes ``EPISODE_GAP_S`` or more after the one before."""
-    return np.r_[True, np.diff(ts) >= EPISODE_GAP_S]
+def failure_times(failures: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each node's failure times (``failures.csv``'s ``ts``), sorted, by node name."""
+    return {str(node): np.sort(at.to_numpy(dtype=float))
+            for node, at in failures.groupby(failures["node"].astype(str), sort=False)["ts"]}
 
 
 def outcomes(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
@@ -226,8 +226,7 @@ def outcomes(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
     failures = _checked_failures(trace, failures_path)
     per_node = dict(list(alerts.groupby("node", sort=False)))  # each in time order
     by_node = {n: g["ts"].to_numpy(dtype=float) for n, g in per_node.items()}
-    fail_by_node = {n: np.sort(g["ts"].to_numpy(dtype=float))
-                    for n, g in failures.groupby("node", sort=False)}
+    fail_by_node = failure_times(failures)
 
     n_f = len(failures)
     lead = np.full(n_f, np.nan)
@@ -260,8 +259,8 @@ def outcomes(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
     episodes = []
     for node, ts_arr in by_node.items():
         group = per_node[node]
-        begins = np.flatnonzero(episode_begins(ts_arr))
-        fails = fail_by_node.get(node, np.empty(0))
+        begins = np.flatnonzero(np.r_[True, np.diff(ts_arr) >= EPISODE_GAP_S])
+        fails = fail_by_node.get(str(node), np.empty(0))
         for b, e in zip(begins, [*begins[1:], len(ts_arr)], strict=True):
             start = ts_arr[b]
             after = fails[(fails >= start) & (fails <= start + HORIZON_S)]

@@ -176,22 +176,19 @@ def drains(alerts: pd.DataFrame, config: GoodputConfig,
     reports again). A node drained 60 s to 6 h before one of its ``failures`` (the catch window
     of ``evaluate``) stays out until it fails: the drain caught it. A node that has failed is out
     for at least ``false_drain_out_s`` too (alerts on its links can outlast it)."""
-    from predictor.evaluate import HORIZON_S, MIN_LEAD_S
+    from predictor.evaluate import HORIZON_S, MIN_LEAD_S, failure_times
 
     rows = alerts.sort_values("ts", kind="stable")
     ts = rows["ts"].to_numpy(dtype=float)
     node = rows["node"].astype(str).to_numpy()
-    fails: dict[str, np.ndarray] = {}
-    if failures is not None and len(failures):
-        for name, at in failures.groupby(failures["node"].astype(str))["ts"]:
-            fails[str(name)] = np.sort(at.to_numpy(dtype=float))
+    fails = failure_times(failures) if failures is not None else {}
     back: dict[str, float] = {}  # when each drained node is in the job again
     taken: list[int] = []
     recent: deque[float] = deque()  # the job's drains in the last hour, oldest first
     for i in np.flatnonzero(rows["score"].to_numpy(dtype=float) >= config.drain_at):
-        failed = fails.get(node[i], np.empty(0))
-        failed = failed[(failed <= ts[i]) & (failed > ts[i] - config.false_drain_out_s)]
-        if ts[i] < back.get(node[i], -math.inf) or len(failed):
+        at = fails.get(node[i], np.empty(0))
+        if ts[i] < back.get(node[i], -math.inf) or np.any(
+                (at <= ts[i]) & (at > ts[i] - config.false_drain_out_s)):
             continue  # the node is out: drained, or failed and not back from repair
         while recent and recent[0] <= ts[i] - 3600.0:
             recent.popleft()
@@ -199,8 +196,7 @@ def drains(alerts: pd.DataFrame, config: GoodputConfig,
             continue  # held; a later alert of the node may drain once the hour allows
         recent.append(ts[i])
         taken.append(int(i))
-        ahead = fails.get(node[i], np.empty(0))
-        ahead = ahead[(ahead >= ts[i] + MIN_LEAD_S) & (ahead <= ts[i] + HORIZON_S)]
+        ahead = at[(at >= ts[i] + MIN_LEAD_S) & (at <= ts[i] + HORIZON_S)]
         back[node[i]] = float(ahead[0]) if len(ahead) else ts[i] + config.false_drain_out_s
     return rows.iloc[taken]
 
