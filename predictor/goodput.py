@@ -76,7 +76,8 @@ class GoodputConfig:
     the first step; ``foreshock demo`` measures 6-10 s on three nodes)."""
     false_drain_out_s: float = 3600.0
     """A drained node that is not about to fail is out this long before it is returned: a
-    healthy one costs its GPUs for that long, and one whose alert still stands drains again."""
+    healthy one costs its GPUs for that long, and one whose alert still stands drains again. A
+    failed node is out for repair at least this long."""
     drain_at: float = 0.5
     """An alert drains its node once its risk reaches this (the service's
     ``FORESHOCK_DRAIN_RISK_THRESHOLD``); 0 drains at every alert."""
