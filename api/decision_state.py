@@ -80,6 +80,11 @@ class DrainPolicy:
     """Never drain a job below this many nodes (then alert only)."""
     active_window_s: float = 120.0
     """A node hosts a running job's ranks if they reported a step within this window."""
+    drain_again_after_s: float = 21600.0
+    """A node drained and back in the job drains again no sooner than this after its last
+    drain; until then its alerts only alert. Six hours, the catch window of fleet-trace.md:
+    a failure alerted on for longer is still drained within 6 h of it, and a standing false
+    alarm does not drain its healthy node every time it comes back."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.risk_threshold <= 1.0:
@@ -92,6 +97,9 @@ class DrainPolicy:
             raise ValueError(f"policy.min_nodes={self.min_nodes} must be >= 1")
         if self.active_window_s <= 0:
             raise ValueError(f"policy.active_window_s={self.active_window_s} must be > 0")
+        if self.drain_again_after_s < 0:
+            raise ValueError(
+                f"policy.drain_again_after_s={self.drain_again_after_s} must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +155,11 @@ def derive(session: Session, *, job: str, policy: DrainPolicy,
     return held
 
 
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 120 else f"{round(seconds / 3600, 1):g} h"
+
+
 def _refusal(alert: Alert, *, policy: DrainPolicy, nodes: set[str], decisions: list[Decision],
              now: float) -> str | None:
     if alert.risk < policy.risk_threshold:
@@ -154,6 +167,13 @@ def _refusal(alert: Alert, *, policy: DrainPolicy, nodes: set[str], decisions: l
     if alert.lead_s is not None and alert.lead_s < policy.min_lead_s:
         return (f"predicted lead {alert.lead_s:.0f} s is shorter than the policy's "
                 f"{policy.min_lead_s:.0f} s")
+    last = max((d for d in decisions if d.node == alert.node and d.state == "done"),
+               key=lambda d: d.created_at, default=None)
+    if last is not None and now - last.created_at < policy.drain_again_after_s:
+        return (f"{alert.node} was drained {_duration(now - last.created_at)} ago (decision "
+                f"{last.id}) and is back; the policy drains a node again no sooner than "
+                f"{_duration(policy.drain_again_after_s)} after its last drain: alert only "
+                f"until then")
     recent = [d for d in decisions
               if d.state in (*OPEN_STATES, "done") and d.created_at >= now - 3600.0]
     if len(recent) >= policy.max_drains_per_hour:

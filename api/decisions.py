@@ -92,6 +92,7 @@ def policy_of(settings: Settings, *, min_nodes: int | None = None) -> DrainPolic
         max_drains_per_hour=settings.drain_max_per_hour,
         min_nodes=max(settings.drain_min_nodes, min_nodes or 1),
         active_window_s=settings.drain_active_window_s,
+        drain_again_after_s=settings.drain_again_after_s,
     )
 
 

@@ -82,6 +82,9 @@ class Settings(BaseSettings):
         1, ge=1, description="Never drain a job below this many nodes (alert only instead).")
     drain_active_window_s: float = Field(
         120.0, gt=0, description="A node hosts a running job if its ranks stepped within this.")
+    drain_again_after_s: float = Field(
+        21600.0, ge=0, description="A drained node back in the job drains again no sooner than "
+        "this after its last drain (alert only until then).")
     drain_command: str | None = Field(
         None, description="Run when a node is drained, e.g. 'scontrol update NodeName={node} "
         "State=DRAIN Reason=foreshock'; {node} and {job} are filled in.")

@@ -115,11 +115,13 @@ def test_firing_alert_becomes_one_decision_the_trainer_carries_out(
         assert bad.status_code == 422 and "pending" in bad.text
 
 
-def test_a_drained_node_back_in_the_job_and_alerting_again_is_drained_again(
+def test_a_drained_node_back_in_the_job_and_alerting_again_drains_again_after_its_wait(
         store: Store, sqlite_url: str) -> None:
     # A drained node goes silent and the scorer resolves its alert; returned to the job with its
-    # risk still high, it alerts anew, and that new episode is a new decision.
+    # risk still high, it alerts anew. Within 6 h of its drain that alert only alerts (a standing
+    # false alarm would drain a healthy node every time it came back); after, it drains again.
     from api.alert_state import resolve
+    from api.decision_state import Decision
 
     _steps(store, job=JOB, nodes=["node-a", "node-b", "node-c"], ts=time.time())
     _alert(store, node="node-c")
@@ -133,10 +135,38 @@ def test_a_drained_node_back_in_the_job_and_alerting_again_is_drained_again(
         assert _poll(client)["decisions"] == []
         _steps(store, job=JOB, nodes=["node-c"], ts=time.time())  # back in the job
         again = _alert(store, node="node-c")
+        held = _poll(client)
+        assert held["decisions"] == []
+        assert [(h["node"], h["alert_id"]) for h in held["held"]] == [("node-c", again)]
+        assert f"was drained 0 min ago (decision {first})" in held["held"][0]["reason"]
+        assert "no sooner than 6 h after its last drain" in held["held"][0]["reason"]
+        with store.session() as s:  # a minute short of 6 h later, it is still held
+            s.get(Decision, first).created_at -= 6 * 3600 - 60
+        assert _poll(client)["decisions"] == []
+        with store.session() as s:  # the wait is over
+            s.get(Decision, first).created_at -= 61
         second = _poll(client)["decisions"]
         assert [(d["node"], d["alert_id"], d["state"]) for d in second] == [
             ("node-c", again, "pending")]
         assert second[0]["id"] != first
+
+
+def test_the_wait_before_a_returned_node_drains_again_is_the_services_setting(
+        store: Store, sqlite_url: str) -> None:
+    from api.decision_state import Decision
+
+    now = time.time()
+    _steps(store, job=JOB, nodes=["node-a", "node-b"], ts=now)
+    with store.session() as s:  # node-b was drained 2 h ago, and is back
+        s.add(Decision(job=JOB, node="node-b", alert_id=None, state="done", reason="earlier",
+                       created_at=now - 7200, updated_at=now - 7100))
+    again = _alert(store, node="node-b")
+    for client in _client(store, sqlite_url, drain_again_after_s=3 * 3600):
+        held = _poll(client)["held"]
+        assert [(h["node"], h["alert_id"]) for h in held] == [("node-b", again)]
+        assert "drained 2 h ago" in held[0]["reason"] and "than 3 h" in held[0]["reason"]
+    for client in _client(store, sqlite_url, drain_again_after_s=3600):
+        assert [d["alert_id"] for d in _poll(client)["decisions"]] == [again]
 
 
 def test_cancelled_decision_is_not_acted_on_nor_taken_again(store: Store, sqlite_url: str,
