@@ -338,6 +338,10 @@ def goodput_cmd(
         min=0, help="At most this many drains of the job in any hour, as in the service; an "
                     "alert held by it drains later in its episode if the hour allows.")]
     = _COSTS.drains_per_hour,
+    drain_again_after: Annotated[float, typer.Option(
+        min=0, help="Seconds after its last drain before a node back in the job drains again "
+                    "for an alert that still stands, as in the service.")]
+    = _COSTS.drain_again_after_s,
 ) -> None:
     """Price alerts in training time: goodput with no prediction, each set of alerts, all foreseen.
 
@@ -346,7 +350,8 @@ def goodput_cmd(
     a false alarm a healthy node drained), and with every precursor foreseen. Alerts drain as the
     service's decisions would: --drain-at and --drains-per-hour default to its
     FORESHOCK_DRAIN_RISK_THRESHOLD and FORESHOCK_DRAIN_MAX_PER_HOUR, and a node back from its
-    --false-drain-out with its alert still standing drains again. The model behind it is in
+    --false-drain-out with its alert still standing drains again once --drain-again-after
+    (FORESHOCK_DRAIN_AGAIN_AFTER_S) has passed since its last drain. The model behind it is in
     predictor/goodput.py."""
     from rich.console import Console
 
@@ -359,7 +364,8 @@ def goodput_cmd(
         config = GoodputConfig(checkpoint_every_s=checkpoint_every, restart_s=restart,
                                checkpoint_s=checkpoint, drain_s=drain,
                                false_drain_out_s=false_drain_out, drain_at=drain_at,
-                               drains_per_hour=drains_per_hour)
+                               drains_per_hour=drains_per_hour,
+                               drain_again_after_s=drain_again_after)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     if plot_path is not None:

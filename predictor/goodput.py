@@ -20,10 +20,12 @@ first alert whose risk reaches ``drain_at`` (``FORESHOCK_DRAIN_RISK_THRESHOLD``)
 ``drains_per_hour`` nodes of the job drain in any hour (``FORESHOCK_DRAIN_MAX_PER_HOUR``); a held
 alert drains later once the hour allows. A node drained 60 s to 6 h before its failure stays out
 until it fails, and a failed node is out for repair (``false_drain_out_s`` at least). Any other is
-back after ``false_drain_out_s``, and if its alert still stands it drains again: the service saw
-the node go silent and resolved its alert, and decides anew when the node reports again. So a
-standing false alarm drains a healthy node every time it comes back, and a failure alerted on more
-than 6 h ahead is caught by the drain that falls within 6 h of it.
+back after ``false_drain_out_s``, and if its alert still stands it drains again once
+``drain_again_after_s`` has passed since its last drain (``FORESHOCK_DRAIN_AGAIN_AFTER_S``): the
+service saw the node go silent and resolved its alert, and decides anew when the node reports
+again. So a standing false alarm drains a healthy node every six hours, not every time it comes
+back, and a failure alerted on more than 6 h ahead is caught by the drain that falls within 6 h of
+it.
 An episode that never reaches ``drain_at`` only alerts: it costs nothing, and a failure it
 foresaw costs what an unwarned one does.
 
@@ -83,6 +85,9 @@ class GoodputConfig:
     ``FORESHOCK_DRAIN_RISK_THRESHOLD``); 0 drains at every alert."""
     drains_per_hour: int = 2
     """At most this many drains of the job in any hour (``FORESHOCK_DRAIN_MAX_PER_HOUR``)."""
+    drain_again_after_s: float = 21600.0
+    """A drained node back in the job drains again no sooner than this after its last drain
+    (``FORESHOCK_DRAIN_AGAIN_AFTER_S``)."""
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -173,24 +178,25 @@ def drains(alerts: pd.DataFrame, config: GoodputConfig,
     ``drains_per_hour`` nodes in the hour before it.
 
     A drained node is out ``false_drain_out_s``, then back in the job, where an alert that still
-    stands drains it again (the service resolves a silent node's alert and decides anew when it
-    reports again). A node drained 60 s to 6 h before one of its ``failures`` (the catch window
-    of ``evaluate``) stays out until it fails: the drain caught it. A node that has failed is out
-    for at least ``false_drain_out_s`` too (alerts on its links can outlast it)."""
+    stands drains it again once ``drain_again_after_s`` has passed since its last drain (the
+    service resolves a silent node's alert and decides anew when it reports again). A node
+    drained 60 s to 6 h before one of its ``failures`` (the catch window of ``evaluate``) stays
+    out until it fails: the drain caught it. A node that has failed is out for at least
+    ``false_drain_out_s`` too (alerts on its links can outlast it)."""
     from predictor.evaluate import HORIZON_S, MIN_LEAD_S, failure_times
 
     rows = alerts.sort_values("ts", kind="stable")
     ts = rows["ts"].to_numpy(dtype=float)
     node = rows["node"].astype(str).to_numpy()
     fails = failure_times(failures) if failures is not None else {}
-    back: dict[str, float] = {}  # when each drained node is in the job again
+    free: dict[str, float] = {}  # when each drained node is back in the job and may drain again
     taken: list[int] = []
     recent: deque[float] = deque()  # the job's drains in the last hour, oldest first
     for i in np.flatnonzero(rows["score"].to_numpy(dtype=float) >= config.drain_at):
         at = fails.get(node[i], np.empty(0))
-        if ts[i] < back.get(node[i], -math.inf) or np.any(
+        if ts[i] < free.get(node[i], -math.inf) or np.any(
                 (at <= ts[i]) & (at > ts[i] - config.false_drain_out_s)):
-            continue  # the node is out: drained, or failed and not back from repair
+            continue  # out (drained, or failed and not back from repair), or drained lately
         while recent and recent[0] <= ts[i] - 3600.0:
             recent.popleft()
         if len(recent) >= config.drains_per_hour:
@@ -198,7 +204,8 @@ def drains(alerts: pd.DataFrame, config: GoodputConfig,
         recent.append(ts[i])
         taken.append(int(i))
         ahead = at[(at >= ts[i] + MIN_LEAD_S) & (at <= ts[i] + HORIZON_S)]
-        back[node[i]] = float(ahead[0]) if len(ahead) else ts[i] + config.false_drain_out_s
+        back = float(ahead[0]) if len(ahead) else ts[i] + config.false_drain_out_s
+        free[node[i]] = max(back, ts[i] + config.drain_again_after_s)
     return rows.iloc[taken]
 
 

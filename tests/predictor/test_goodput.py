@@ -72,9 +72,19 @@ def test_a_storm_of_false_alarms_costs_more_than_no_prediction() -> None:
     # every half hour. The alerts "catch" all but cost more training time than they save.
     trace, _ = _case()
     storm = _alerts([(T0 + k * 1800.0 + 60, f"n{k % 4}", 0, "gpu") for k in range(48)])
-    none, rules, _ = compare(trace, {"rules": storm}, GoodputConfig(drains_per_hour=99))
+    every_time = GoodputConfig(drains_per_hour=99, drain_again_after_s=0)
+    none, rules, _ = compare(trace, {"rules": storm}, every_time)
     assert rules.caught == 3 and rules.false_drains > 20
     assert rules.goodput < none.goodput
+    # Where a node drains again no sooner than 6 h after its last drain (the service's default),
+    # healthy n3, alerting every 2 h, drains every 6 h: the storm costs less, and still more than
+    # it saves.
+    waited = GoodputConfig(drains_per_hour=99)
+    taken = drains(storm, waited, trace.failures)
+    assert list(taken.loc[taken["node"] == "n3", "ts"] - (T0 + 5460)) == [0, 6 * H, 12 * H, 18 * H]
+    fewer = compare(trace, {"rules": storm}, waited)[1]
+    assert fewer.caught == 3 and fewer.false_drains < rules.false_drains
+    assert rules.goodput < fewer.goodput < none.goodput
 
 
 def test_failures_scaled_to_a_real_rate_leave_false_drains_as_they_were() -> None:
@@ -132,10 +142,12 @@ def test_no_more_drains_an_hour_than_the_service_allows() -> None:
     assert list(zip(taken["node"], taken["ts"] - start, strict=True)) == [
         ("n0", 0), ("n1", 60), ("n2", 3720), ("n3", 7 * H), ("n0", 7 * H + 60)]
     assert len(drains(alerts, GoodputConfig(drains_per_hour=0))) == 0
-    # Uncapped, n2 drains at once and again when back from its hour out, its episode standing.
-    uncapped = drains(alerts, GoodputConfig(drains_per_hour=99))
+    # Uncapped, n2 drains at once, and again when back from its hour out, its episode standing,
+    # if the service drains a returned node again at once.
+    uncapped = drains(alerts, GoodputConfig(drains_per_hour=99, drain_again_after_s=0))
     assert list(uncapped.loc[uncapped["node"] == "n2", "ts"] - start) == [120, 3720]
     assert len(uncapped) == 7
+    assert len(drains(alerts, GoodputConfig(drains_per_hour=99))) == 6  # it waits 6 h: once
     # n0's first drain comes 4 h before A fails there; the other four drain healthy nodes, and
     # n1's held alert 3 h before B is no catch.
     priced = compare(trace, {"a": alerts}, GoodputConfig())[1]
@@ -143,10 +155,11 @@ def test_no_more_drains_an_hour_than_the_service_allows() -> None:
 
 
 def test_a_node_back_from_a_drain_with_its_alert_still_standing_drains_again() -> None:
-    # The service drains a node, sees it go silent and resolves its alert; an hour on it is back,
-    # alerts anew and drains again, until a drain comes within 6 h of its failure: then it is out
-    # until it fails. n0 alerts at 0.9 from 7 h 50 min before its GPU fails to 15 min after (a
-    # failed node is out for repair), n3 (healthy) for 3 h 10 min.
+    # The service drains a node, sees it go silent and resolves its alert; an hour on it is back
+    # and alerts anew, and drains again once 6 h have passed since its last drain, until a drain
+    # comes within 6 h of its failure: then it is out until it fails. n0 alerts at 0.9 from 7 h
+    # 50 min before its GPU fails to 15 min after (a failed node is out for repair), n3
+    # (healthy) for 3 h 10 min.
     fail = T0 + 12 * H
     trace = _trace([(fail, "n0", 0, "gpu", 8 * H)], days=1.0)
     first = fail - 7 * H - 3000
@@ -154,30 +167,45 @@ def test_a_node_back_from_a_drain_with_its_alert_still_standing_drains_again() -
                     + [(T0 + 14 * H + k * 300, "n3", 0.9) for k in range(39)])
     config = GoodputConfig()
     taken = drains(alerts, config, trace.failures)
-    assert list(taken.loc[taken["node"] == "n0", "ts"] - first) == [0, H, 2 * H]
-    assert list(taken.loc[taken["node"] == "n3", "ts"] - (T0 + 14 * H)) == [0, H, 2 * H, 3 * H]
-    # n0's two drains more than 6 h ahead are false; the third catches its failure 5 h 50 min
-    # ahead, one drain paid for and the node out from then on.
+    assert list(taken.loc[taken["node"] == "n0", "ts"] - first) == [0, 6 * H]
+    assert list(taken.loc[taken["node"] == "n3", "ts"] - (T0 + 14 * H)) == [0]
+    # n0's first drain, 7 h 50 min ahead, is false; the second catches its failure 1 h 50 min
+    # ahead, one drain paid for and the node out from then on. n3 drains once.
     priced = compare(trace, {"a": alerts}, config)[1]
-    assert (priced.caught, priced.false_drains) == (1, 2 + 4)
+    assert (priced.caught, priced.false_drains) == (1, 1 + 1)
     gpus, node = 32, 8
     drain = gpus * (config.checkpoint_s + config.drain_s) / 3600
     assert priced.lost_gpu_h["drain"] == pytest.approx(drain)
-    assert priced.lost_gpu_h["early drain"] == pytest.approx(node * (5 + 50 / 60))
+    assert priced.lost_gpu_h["early drain"] == pytest.approx(node * (1 + 50 / 60))
     assert priced.lost_gpu_h["rollback"] == 0
+    # Drained again as soon as it is back, n0 drains every hour until a drain comes within 6 h
+    # of its failure, 5 h 50 min ahead, and n3 drains every hour it alerts.
+    hourly = dataclasses.replace(config, drain_again_after_s=0)
+    taken = drains(alerts, hourly, trace.failures)
+    assert list(taken.loc[taken["node"] == "n0", "ts"] - first) == [0, H, 2 * H]
+    assert list(taken.loc[taken["node"] == "n3", "ts"] - (T0 + 14 * H)) == [0, H, 2 * H, 3 * H]
+    priced = compare(trace, {"a": alerts}, hourly)[1]
+    assert (priced.caught, priced.false_drains) == (1, 2 + 4)
+    assert priced.lost_gpu_h["early drain"] == pytest.approx(node * (5 + 50 / 60))
     # Out for 3 h, n0 drains once too early and once in time, and n3 twice.
-    longer = drains(alerts, dataclasses.replace(config, false_drain_out_s=3 * H), trace.failures)
+    longer = drains(alerts, dataclasses.replace(hourly, false_drain_out_s=3 * H), trace.failures)
     assert list(longer["node"]) == ["n0", "n0", "n3", "n3"]
-    # Nothing said of failures, every drained node comes back: n0 drains every hour it alerts.
-    assert list(drains(alerts, config)["node"]).count("n0") == 9
+    # Nothing said of failures, every drained node comes back: n0 drains every hour it alerts,
+    # or every 6 h with the service's wait.
+    assert list(drains(alerts, hourly)["node"]).count("n0") == 9
+    unknown = drains(alerts, config)
+    assert list(unknown.loc[unknown["node"] == "n0", "ts"] - first) == [0, 6 * H]
 
 
 def test_the_drain_policy_defaults_are_the_services() -> None:
+    from api.decision_state import DrainPolicy
     from api.settings import Settings
 
     fields = Settings.model_fields
     assert GoodputConfig().drain_at == fields["drain_risk_threshold"].default
     assert GoodputConfig().drains_per_hour == fields["drain_max_per_hour"].default
+    assert GoodputConfig().drain_again_after_s == fields["drain_again_after_s"].default
+    assert GoodputConfig().drain_again_after_s == DrainPolicy().drain_again_after_s
 
 
 def test_a_config_that_cannot_be_is_refused_by_name() -> None:
@@ -189,6 +217,8 @@ def test_a_config_that_cannot_be_is_refused_by_name() -> None:
         GoodputConfig(drain_at=1.5)
     with pytest.raises(ValueError, match="drains_per_hour=-1"):
         GoodputConfig(drains_per_hour=-1)
+    with pytest.raises(ValueError, match="drain_again_after_s=-1"):
+        GoodputConfig(drain_again_after_s=-1)
 
 
 @pytest.fixture
@@ -219,7 +249,13 @@ def test_cli_compares_alert_sets_in_a_table_json_and_a_plot(app: typer.Typer,
     figures = {s["label"]: s for s in as_json["scenarios"]}
     assert figures["model"]["goodput"] > figures[REACTIVE]["goodput"] > figures[
         "threshold rules"]["goodput"]
-    assert figures["model"]["caught"] == 1 and figures["threshold rules"]["false_drains"] > 20
+    assert figures["model"]["caught"] == 1 and figures["threshold rules"]["false_drains"] > 10
+    # A node drained again as soon as it is back: the rules' standing alarms drain more.
+    at_once = json.loads(CliRunner().invoke(
+        app, [*args, "--json", "--restart", "1200", "--drain-again-after", "0"]).stdout)
+    assert at_once["config"]["drain_again_after_s"] == 0
+    assert at_once["scenarios"][2]["false_drains"] > 20
+    assert at_once["scenarios"][2]["false_drains"] > figures["threshold rules"]["false_drains"]
     assert "at most 2 an hour" in " ".join(done.output.split())
     # Every alert here reads 0.9: a service that drains from 0.95 only alerts, and loses what
     # no prediction loses.
