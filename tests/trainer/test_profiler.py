@@ -65,9 +65,11 @@ _PROFILE_TWO_STEPS = """
 import torch
 from trainer.profiler import StepProfiler
 prof = StepProfiler(every_steps=1, top_k=3, cuda=False, first_step=0)
+a, b = torch.randn(128, 128), torch.randn(128, 128)  # made outside the profile: mm is all it sees
 for _ in range(2):
     prof.start()
-    torch.randn(64, 64) @ torch.randn(64, 64)
+    for _ in range(10):
+        a @ b
     prof.stop()
     prof.join()
 print(prof.take()[0][0])
