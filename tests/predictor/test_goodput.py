@@ -249,7 +249,8 @@ def test_cli_compares_alert_sets_in_a_table_json_and_a_plot(app: typer.Typer,
     figures = {s["label"]: s for s in as_json["scenarios"]}
     assert figures["model"]["goodput"] > figures[REACTIVE]["goodput"] > figures[
         "threshold rules"]["goodput"]
-    assert figures["model"]["caught"] == 1 and figures["threshold rules"]["false_drains"] > 10
+    # Each node drains every 6 h at most, four times in the day: 16 drains, 3 of them catches.
+    assert figures["model"]["caught"] == 1 and figures["threshold rules"]["false_drains"] == 13
     # A node drained again as soon as it is back: the rules' standing alarms drain more.
     at_once = json.loads(CliRunner().invoke(
         app, [*args, "--json", "--restart", "1200", "--drain-again-after", "0"]).stdout)
