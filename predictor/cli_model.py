@@ -119,8 +119,8 @@ def backtest(
     fire_at: Annotated[float | None, typer.Option(
         min=0.0, max=1.0,
         help="Risk at or above which a node becomes an alert candidate. Default: the "
-             "model's own alert policy "
-             "(predictor/hysteresis.py). Higher: fewer false alerts, fewer catches.")] = None,
+             "model's own alert policy (predictor/hysteresis.py). Higher: fewer false alerts, "
+             "fewer catches.")] = None,
     persist: Annotated[float | None, typer.Option(
         min=0.0,
         help="Seconds a candidate's risk must hold before its alert opens. Default: the "
