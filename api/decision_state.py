@@ -1,5 +1,7 @@
 """Checkpoint-and-drain decisions in the store: derived from firing alerts under a policy,
 then moved pending -> acknowledged -> done | failed by the trainer, or cancelled by an admin.
+An admin marks a done drain repaired once its node was fixed: a node back in the job drains again
+only after a wait, unless its last drain is marked repaired.
 
 A decision is taken once per node and alert episode: an alert that keeps firing does not
 produce a second decision, and one cancelled by an admin is not re-created behind their back.
@@ -18,9 +20,11 @@ from api.alert_state import Alert, firing_alerts
 from collector.compact import points_join
 from collector.schema import Base
 
-DecisionState = Literal["pending", "acknowledged", "done", "failed", "cancelled"]
-STATES: tuple[str, ...] = ("pending", "acknowledged", "done", "failed", "cancelled")
+DecisionState = Literal["pending", "acknowledged", "done", "failed", "cancelled", "repaired"]
+STATES: tuple[str, ...] = ("pending", "acknowledged", "done", "failed", "cancelled", "repaired")
 OPEN_STATES: tuple[str, ...] = ("pending", "acknowledged")
+DRAINED_STATES: tuple[str, ...] = ("done", "repaired")
+"""The node left the job; "repaired" also says it was fixed, so its next alert need not wait."""
 ACTION = "checkpoint_drain"
 ACTIVITY_METRIC = "train.step.duration"
 """A node hosts ranks of a running job while its ranks report step times."""
@@ -31,6 +35,7 @@ _ALLOWED_FROM: dict[str, tuple[str, ...]] = {
     "done": OPEN_STATES,
     "failed": OPEN_STATES,
     "cancelled": OPEN_STATES,
+    "repaired": ("done",),
 }
 
 
@@ -173,9 +178,10 @@ def _refusal(alert: Alert, *, policy: DrainPolicy, nodes: set[str], decisions: l
         return (f"{alert.node} was drained {_duration(now - last.created_at)} ago (decision "
                 f"{last.id}) and is back; the policy drains a node again no sooner than "
                 f"{_duration(policy.drain_again_after_s)} after its last drain: alert only "
-                f"until then")
+                f"until then, or until an admin marks that drain repaired (POST "
+                f"/api/v1/jobs/{last.job}/decisions/{last.id}/repaired)")
     recent = [d for d in decisions
-              if d.state in (*OPEN_STATES, "done") and d.created_at >= now - 3600.0]
+              if d.state in (*OPEN_STATES, *DRAINED_STATES) and d.created_at >= now - 3600.0]
     if len(recent) >= policy.max_drains_per_hour:
         return f"job already had {len(recent)} drain(s) in the last hour (policy max " \
                f"{policy.max_drains_per_hour})"

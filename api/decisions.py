@@ -1,5 +1,5 @@
 """Checkpoint-and-drain decisions over HTTP: the trainer's cheap poll and its reports, an
-admin's cancel, and the list of every decision.
+admin's cancel and repaired mark, and the list of every decision.
 
 The trainer (rank 0 of a job, every few seconds) calls ``GET /api/v1/jobs/{job}/decisions``;
 that call derives new decisions from the job's firing alerts under the configured policy, so a
@@ -165,6 +165,15 @@ def cancel(job: str, decision_id: int, store: StoreDep,
            report: Report | None = None) -> DecisionOut:
     """An admin calls the drain off; a trainer that has not acted yet will not."""
     return _move(store, job, decision_id, "cancelled", report or Report())[0]
+
+
+@router.post("/jobs/{job}/decisions/{decision_id}/repaired",
+             dependencies=[Depends(require_admin)])
+def repaired(job: str, decision_id: int, store: StoreDep,
+             report: Report | None = None) -> DecisionOut:
+    """An admin fixed the drained node: back in the job, its next alert drains it without
+    waiting out ``FORESHOCK_DRAIN_AGAIN_AFTER_S``. The drain still counts in the hourly cap."""
+    return _move(store, job, decision_id, "repaired", report or Report())[0]
 
 
 @router.get("/decisions")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.alert_state import RiskObservation, fire
+from api.alert_state import RiskObservation, fire, resolve
 from api.app import create_app
 from api.settings import Settings
 from collector.schema import Entity, Point, Series
@@ -120,7 +120,6 @@ def test_a_drained_node_back_in_the_job_and_alerting_again_drains_again_after_it
     # A drained node goes silent and the scorer resolves its alert; returned to the job with its
     # risk still high, it alerts anew. Within 6 h of its drain that alert only alerts (a standing
     # false alarm would drain a healthy node every time it came back); after, it drains again.
-    from api.alert_state import resolve
     from api.decision_state import Decision
 
     _steps(store, job=JOB, nodes=["node-a", "node-b", "node-c"], ts=time.time())
@@ -167,6 +166,42 @@ def test_the_wait_before_a_returned_node_drains_again_is_the_services_setting(
         assert "drained 2 h ago" in held[0]["reason"] and "than 3 h" in held[0]["reason"]
     for client in _client(store, sqlite_url, drain_again_after_s=3600):
         assert [d["alert_id"] for d in _poll(client)["decisions"]] == [again]
+
+
+def test_a_drain_an_admin_marks_repaired_lets_the_node_drain_again_at_once(
+        store: Store, sqlite_url: str) -> None:
+    # node-c's GPU was swapped after its drain: the admin says so, and the next alert on the
+    # returned node is a decision at once instead of waiting out the 6 h. The repaired drain
+    # still happened, so it still counts in the job's two drains an hour.
+    now = time.time()
+    _steps(store, job=JOB, nodes=["node-a", "node-b", "node-c"], ts=now)
+    _alert(store, node="node-c")
+    for client in _client(store, sqlite_url):
+        first = _poll(client)["decisions"][0]["id"]
+        url = f"/api/v1/jobs/{JOB}/decisions/{first}/repaired"
+        early = client.post(url, headers=ADMIN)  # not drained yet: nothing to have repaired
+        assert early.status_code == 409 and "pending; it cannot become repaired" in early.text
+        client.post(f"/api/v1/jobs/{JOB}/decisions/{first}/done", headers=INGEST)
+        with store.session() as s:
+            resolve(s, job=JOB, node="node-c", gpu=0, peer=None, kind="gpu", ts=time.time())
+        again = _alert(store, node="node-c")
+        held = _poll(client)["held"]
+        assert [h["alert_id"] for h in held] == [again]
+        assert f"marks that drain repaired (POST {url})" in held[0]["reason"]
+
+        assert client.post(url, headers=INGEST).status_code == 401  # an admin's call only
+        r = client.post(url, headers=ADMIN, json={"note": "GPU 0 replaced"})
+        assert r.status_code == 200 and r.json()["state"] == "repaired"
+        assert r.json()["reason"].endswith("repaired: GPU 0 replaced")
+        second = _poll(client)["decisions"]
+        assert [(d["node"], d["alert_id"]) for d in second] == [("node-c", again)]
+        assert client.get("/api/v1/decisions", params={"state": "repaired"}).json()[0]["id"] \
+            == first
+
+        _alert(store, node="node-a")  # two drains in this hour, the repaired one among them
+        held = _poll(client)["held"]
+        assert [h["node"] for h in held] == ["node-a"]
+        assert "2 drain(s) in the last hour" in held[0]["reason"]
 
 
 def test_cancelled_decision_is_not_acted_on_nor_taken_again(store: Store, sqlite_url: str,
@@ -236,3 +271,4 @@ def test_done_runs_the_scheduler_drain_command(store: Store, sqlite_url: str,
         assert out.read_text() == "node-b"
         reason = client.get("/api/v1/decisions").json()[0]["reason"]
         assert "drain command" in reason and "exited 0" in reason
+
