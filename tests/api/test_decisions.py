@@ -3,6 +3,7 @@ an admin; on SQLite and the real PostgreSQL, through the real app."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -272,3 +273,21 @@ def test_done_runs_the_scheduler_drain_command(store: Store, sqlite_url: str,
         reason = client.get("/api/v1/decisions").json()[0]["reason"]
         assert "drain command" in reason and "exited 0" in reason
 
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("risk_threshold", 1.5, "policy.risk_threshold=1.5 must be within [0, 1]"),
+    ("min_lead_s", -1.0, "policy.min_lead_s=-1.0 must be >= 0"),
+    ("max_drains_per_hour", -1, "policy.max_drains_per_hour=-1 must be >= 0"),
+    ("min_nodes", 0, "policy.min_nodes=0 must be >= 1"),
+    ("active_window_s", 0.0, "policy.active_window_s=0.0 must be > 0"),
+    ("drain_again_after_s", -60.0, "policy.drain_again_after_s=-60.0 must be >= 0"),
+])
+def test_a_policy_built_in_code_refuses_a_bad_value_by_name(field: str, value: float,
+                                                            says: str) -> None:
+    # Settings refuses these from the environment before a policy is built; a policy built in
+    # code gets the same refusal, naming the field and the bound.
+    from api.decision_state import DrainPolicy
+
+    with pytest.raises(ValueError, match=re.escape(says)):
+        DrainPolicy(**{field: value})
+    DrainPolicy(**{field: 0.5 if field == "risk_threshold" else 1})  # in range: accepted
