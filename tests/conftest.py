@@ -4,6 +4,7 @@ and a live ``foreshock serve`` subprocess on a free port."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -106,29 +107,40 @@ class LiveServer:
 def start_server(
     db_url: str, tmp_path: Path, *, env: dict[str, str] | None = None, port: int | None = None
 ) -> LiveServer:
-    """Start ``foreshock serve`` and wait until /healthz answers."""
-    port = port or free_port()
-    log_path = tmp_path / f"serve-{port}-{uuid.uuid4().hex[:6]}.log"
+    """Start ``foreshock serve`` and wait until /healthz answers.
+
+    Without ``port`` the server binds port 0 and the port is read from uvicorn's "running on"
+    line: a port picked here and bound there could be taken in between by another xdist
+    worker's server, whose /healthz would answer for this one (CI saw a test's admin call
+    refused by a neighbour started without the admin token)."""
+    log_path = tmp_path / f"serve-{uuid.uuid4().hex[:8]}.log"
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "api", "serve", "--db", db_url, "--port", str(port)],
+        [sys.executable, "-m", "api", "serve", "--db", db_url, "--port", str(port or 0)],
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
         env=full_env,
     )
-    server = LiveServer(f"http://127.0.0.1:{port}", port, db_url, proc, log_path)
+    server = LiveServer("", port or 0, db_url, proc, log_path)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"foreshock serve exited {proc.returncode}:\n{server.log()}")
-        try:
-            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
+        if not server.port and (bound := _RUNNING_ON.search(server.log())):
+            server.port = int(bound.group(1))
+        if server.port:
+            server.url = f"http://127.0.0.1:{server.port}"
+            try:
+                if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+                    return server
+            except httpx.HTTPError:
+                pass
         time.sleep(0.1)
     server.stop(kill=True)
     raise RuntimeError(f"foreshock serve did not answer within 60 s:\n{server.log()}")
+
+
+_RUNNING_ON = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
 
 @pytest.fixture
