@@ -25,7 +25,12 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import ThreadpoolController
 
-from predictor.feature_frames import ERROR_GROWTH, FEATURES_BY_KIND, MEMORY_EVENTS
+from predictor.feature_frames import (
+    ERROR_GROWTH,
+    FEATURES_BY_KIND,
+    MEMORY_EVENTS,
+    UNHOOKED,
+)
 from predictor.signals import explain
 
 FORMAT = "foreshock-model/2"
@@ -141,7 +146,12 @@ class RiskModel:
 
     def score(self, kind: str, x: pd.DataFrame, *, explain_above: float = 0.2,
               top: int = 3) -> tuple[np.ndarray, np.ndarray, list[tuple[str, ...]]]:
-        """(risk, lead estimate in seconds, top signals) of each row of ``x``."""
+        """(risk, lead estimate in seconds, top signals) of each row of ``x``. Node rows of a
+        fleet that exports no compute times (no training hook) are scored by the ``UNHOOKED``
+        model where this model has one."""
+        if kind == "node" and UNHOOKED in self.kinds and x.get("compute_z", pd.Series(
+                dtype=np.float64)).isna().all():
+            kind = UNHOOKED
         km = self.kinds.get(kind)
         if km is None or not len(x):
             return np.zeros(len(x)), np.full(len(x), np.nan), [() for _ in range(len(x))]

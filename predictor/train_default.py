@@ -20,7 +20,7 @@ import argparse
 import dataclasses
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -29,10 +29,17 @@ import numpy as np
 from collector.fleet_trace import FleetTrace
 from predictor.dataset import LabelConfig
 from predictor.failure_mix import MODES
+from predictor.feature_frames import UNHOOKED
 from predictor.generator import GeneratorConfig, generate_trace
-from predictor.model import DEFAULT_MODEL_PATH, FitConfig, RiskModel
+from predictor.model import (
+    DEFAULT_MODEL_PATH,
+    FitConfig,
+    ModelFormatError,
+    RiskModel,
+    version_of,
+)
 from predictor.signals_absent import ABSENT, without
-from predictor.training import fit_traces
+from predictor.training import collect_rows, fit_traces, fit_unhooked
 
 TRAIN_SEED_BASE = 1000
 
@@ -181,6 +188,36 @@ def train_member(member: Member, *, traces: int = 30, slow: int = 0,
                                                flush=True))
 
 
+def unhooked_member(member: Member, *, traces: int = 30, slow: int = 0, every_s: float = 300.0,
+                    absent: dict[str, float] | None = None) -> RiskModel:
+    """One member's node model for fleets without compute times alone, fitted on the rows its
+    full training replays (the same fleets, labels and kept negatives as ``train_member``)."""
+    t0 = time.time()
+    labels, config = LabelConfig(every_s=every_s), FitConfig(seed=member.fit_seed)
+    rows, sources = collect_rows(
+        training_traces(traces, slow, member, absent), labels=labels, config=config,
+        progress=lambda s: print(f"  replayed {s} ({time.time() - t0:.0f} s)", flush=True))
+    fitted = fit_unhooked(rows, labels=labels, config=config)
+    if fitted is None:
+        raise ValueError(f"member {member}: no node failure to learn from")
+    kinds = {UNHOOKED: fitted}
+    return RiskModel(version=version_of(kinds, horizon_s=labels.horizon_s, sources=sources),
+                     kinds=kinds, horizon_s=labels.horizon_s)
+
+
+def with_unhooked(model: RiskModel, members: list[RiskModel]) -> RiskModel:
+    """``model`` with the members' ``UNHOOKED`` kind (averaged) added and its other kinds as
+    they were; versioned anew."""
+    added = RiskModel.average(members) if len(members) > 1 else members[0]
+    if added.horizon_s != model.horizon_s:
+        raise ValueError(f"horizon {added.horizon_s:.0f} s against the model's "
+                         f"{model.horizon_s:.0f} s")
+    kinds = {**model.kinds, UNHOOKED: added.kinds[UNHOOKED]}
+    return RiskModel(version=version_of(kinds, horizon_s=model.horizon_s,
+                                        sources=[model.version, added.version]),
+                     kinds=kinds, horizon_s=model.horizon_s)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, default=DEFAULT_MODEL_PATH, help="model file to write")
@@ -205,18 +242,33 @@ def main() -> None:
                         "node=0.25 for fleets with no training hook). Measured in rounds 41-43 "
                         "(node=0.25 alone and with latency=0.25, node=0.1), not in the shipped "
                         "model: see predictor/ROUNDS.md")
+    p.add_argument("--unhooked-into", type=Path, metavar="MODEL",
+                   help="fit only the node model for fleets that export no compute times "
+                        "(feature_frames.UNHOOKED) on the members' fleets, add it to MODEL "
+                        "with MODEL's other kinds unchanged, and write that to --out; a full "
+                        "run fits it with the rest")
     a = p.parse_args()
     absent = _shares(p, a.absent)
+    try:  # a model that cannot be read is refused before any work
+        base = RiskModel.load(a.unhooked_into) if a.unhooked_into else None
+    except ModelFormatError as exc:
+        p.error(f"--unhooked-into: {exc}")
     t0 = time.time()
-    train = functools.partial(train_member, traces=a.traces, slow=a.slow_traces, every_s=a.every,
-                              events_alone=a.events_alone, absent=absent)
+    train: Callable[[Member], RiskModel] = (
+        functools.partial(unhooked_member, traces=a.traces, slow=a.slow_traces, every_s=a.every,
+                          absent=absent) if base else
+        functools.partial(train_member, traces=a.traces, slow=a.slow_traces, every_s=a.every,
+                          events_alone=a.events_alone, absent=absent))
     members = MEMBERS[:a.members]
     if a.jobs > 1 and len(members) > 1:
         with ProcessPoolExecutor(min(a.jobs, len(members))) as pool:
             fitted = list(pool.map(train, members))
     else:
         fitted = [train(m) for m in members]
-    model = RiskModel.average(fitted) if len(fitted) > 1 else fitted[0]
+    if base is not None:
+        model = with_unhooked(base, fitted)
+    else:
+        model = RiskModel.average(fitted) if len(fitted) > 1 else fitted[0]
     model.save(a.out)
     size = a.out.stat().st_size / 1e6
     print(f"wrote {a.out} ({size:.2f} MB), model {model.version} "

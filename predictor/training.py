@@ -9,6 +9,7 @@ import numpy as np
 
 from collector.fleet_trace import FleetTrace, read_trace
 from predictor.dataset import KINDS, LabelConfig, Rows, collect
+from predictor.feature_frames import UNHOOKED
 from predictor.model import FitConfig, KindModel, RiskModel, fit_kind, version_of
 
 
@@ -28,6 +29,15 @@ def fit_traces(traces: Iterable[Path | FleetTrace], *, labels: LabelConfig | Non
     """Replay every trace (each with failures.csv), label its rows and fit one model per kind."""
     labels = labels or LabelConfig()
     config = config or FitConfig()
+    rows, sources = collect_rows(traces, labels=labels, config=config, progress=progress)
+    return fit_rows(rows, labels=labels, config=config, sources=sources)
+
+
+def collect_rows(traces: Iterable[Path | FleetTrace], *, labels: LabelConfig, config: FitConfig,
+                 progress: Callable[[str], None] | None = None,
+                 ) -> tuple[dict[str, Rows], list[str]]:
+    """Every trace replayed and its rows labelled (the negatives kept drawn with
+    ``config.seed``), with the traces' sources."""
     rng = np.random.default_rng(config.seed)
     rows = {k: Rows() for k in KINDS}
     sources: list[str] = []
@@ -37,7 +47,15 @@ def fit_traces(traces: Iterable[Path | FleetTrace], *, labels: LabelConfig | Non
         collect(trace, rows, config=labels, rng=rng)
         if progress is not None:
             progress(sources[-1])
-    return fit_rows(rows, labels=labels, config=config, sources=sources)
+    return rows, sources
+
+
+def fit_unhooked(rows: dict[str, Rows], *, labels: LabelConfig,
+                 config: FitConfig) -> KindModel | None:
+    """The node model for fleets that export no compute times, fitted on the node rows without
+    the hook's features (``feature_frames.UNHOOKED``)."""
+    x, y, _, ttf = rows["node"].frames("node")
+    return fit_kind(UNHOOKED, x, y, ttf, keep_healthy=labels.keep_healthy, config=config)
 
 
 def fit_rows(rows: dict[str, Rows], *, labels: LabelConfig, config: FitConfig,
@@ -50,6 +68,9 @@ def fit_rows(rows: dict[str, Rows], *, labels: LabelConfig, config: FitConfig,
         fitted = fit_kind(kind, x, y, ttf, keep_healthy=labels.keep_healthy, config=config)
         if fitted is not None:
             kinds[kind] = fitted
+    unhooked = fit_unhooked(rows, labels=labels, config=config)
+    if unhooked is not None:
+        kinds[UNHOOKED] = unhooked
     if not kinds:
         raise ValueError("no trace had a failure to learn from: give traces with failures.csv "
                          "rows (e.g. foreshock generate-trace --failures ...)")
