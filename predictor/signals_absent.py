@@ -18,6 +18,7 @@ from collector.fleet_trace import FleetTrace, empty_frame
 
 ABSENT: dict[str, tuple[str, tuple[str, ...]]] = {
     "node": ("node.csv.gz", ()),
+    "compute": ("node.csv.gz", ("train.compute.duration",)),
     "events": ("events.csv", ()),
     "links": ("links.csv.gz", ()),
     "latency": ("links.csv.gz", ("net.link.latency",)),
@@ -70,8 +71,13 @@ def absent(trace: FleetTrace) -> list[str]:
 NOTES: dict[str, str] = {
     "events": "no events.csv: XID counts read as unknown, so a failure that shows first in its "
               "XIDs (a short ECC ramp) is warned of later or missed",
-    "node": "no node.csv (no training hook): without step times a node under a lower power "
-            "limit can read as a failing supply, and false alerts rise",
+    "node": "no node.csv (no training hook): nodes are scored by the node model made for fleets "
+            "without compute times, which tells a node under a lower power limit from a "
+            "failing supply on its heat and power alone; node failures that show first in a "
+            "slower step are warned of later or missed",
+    "compute": "node.csv has no train.compute.duration: nodes are scored by the node model made "
+               "for fleets without compute times (step times alone cannot tell one slow node in "
+               "a synchronous job, whose step every node shares)",
     "links": "no links.csv: no link probes, so a failing NIC or cable shows only when it slows "
              "the job",
     "latency": "links.csv has no net.link.latency: links read on bandwidth alone, and a failing "

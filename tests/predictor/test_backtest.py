@@ -65,12 +65,13 @@ def test_cli_backtest_says_what_a_trace_does_not_export_before_its_figures(
         tmp_path: Path, cli: typer.Typer) -> None:
     # A user's own DCGM history often has no XID log and no training hook: the backtest's
     # alerts then read less than the model can, and the user is told which signal is missing.
-    full, bare = tmp_path / "full", tmp_path / "bare"
+    full, bare, stepped = tmp_path / "full", tmp_path / "bare", tmp_path / "stepped"
     trace = make_trace(Spec(seed=21, hours=2))
     write_trace(full, trace)
     write_trace(bare, without(trace, ["events", "node", "latency"]))
+    write_trace(stepped, without(trace, ["compute"]))  # a hook that reports step times only
     said = {}
-    for root in (full, bare):
+    for root in (full, bare, stepped):
         res = CliRunner().invoke(cli, ["backtest", str(root), "--alerts-out",
                                        str(tmp_path / f"{root.name}.csv"), "--model", "rules"])
         assert res.exit_code == 0, res.output
@@ -78,6 +79,7 @@ def test_cli_backtest_says_what_a_trace_does_not_export_before_its_figures(
     assert "note:" not in said["full"]
     assert "no events.csv: XID counts read as unknown" in said["bare"]
     assert "no node.csv" in said["bare"] and "no net.link.latency" in said["bare"]
+    assert "no train.compute.duration" in said["stepped"] and "no node.csv" not in said["stepped"]
     assert "no links.csv" not in said["bare"]
 
 

@@ -1,7 +1,10 @@
+import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from predictor.train_default import (
     MEMBERS,
@@ -68,7 +71,8 @@ def test_train_default_refuses_a_stray_signal_naming_the_known_ones() -> None:
                              "step_times=0.2", "--out", "/nonexistent/x.skops"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert "unknown signal 'step_times'" in result.stderr and "node, events" in result.stderr
+    assert "unknown signal 'step_times'" in result.stderr
+    assert "node, compute, events" in result.stderr
 
 
 def test_training_covers_slow_exporters_on_seeds_of_their_own() -> None:
@@ -92,3 +96,28 @@ def test_each_member_of_the_default_model_trains_on_fleets_of_its_own() -> None:
     assert all(1000 <= s <= 1999 for s in seeds)
     # ...drawn apart: not the same fleet parameters under other seeds.
     assert len({(c.nodes, c.interval_s, c.noise) for configs in fleets for c in configs}) == 90
+
+
+def test_the_node_model_for_fleets_without_compute_times_is_added_to_a_model_as_it_is(
+        tmp_path: Path) -> None:
+    # --unhooked-into fits only that kind and adds it; the model's other kinds stay the very
+    # same estimators, so fleets that export compute times score exactly as before.
+    from predictor.feature_frames import UNHOOKED
+    from predictor.model import RiskModel
+    from predictor.train_default import with_unhooked
+
+    shipped = RiskModel.load()
+    base = dataclasses.replace(shipped, kinds={k: v for k, v in shipped.kinds.items()
+                                               if k != UNHOOKED})
+    twin = dataclasses.replace(shipped, kinds={UNHOOKED: shipped.kinds[UNHOOKED]})
+    joined = with_unhooked(base, [twin])
+    assert joined.kinds == {**base.kinds, UNHOOKED: shipped.kinds[UNHOOKED]}
+    assert all(joined.kinds[k] is base.kinds[k] for k in base.kinds)
+    assert joined.version not in (base.version, twin.version)
+    with pytest.raises(ValueError, match="horizon"):
+        with_unhooked(base, [dataclasses.replace(twin, horizon_s=3600.0)])
+    result = subprocess.run([sys.executable, "-m", "predictor.train_default", "--unhooked-into",
+                             str(tmp_path / "missing.skops")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--unhooked-into" in result.stderr and "model file not found" in result.stderr
