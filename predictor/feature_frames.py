@@ -81,13 +81,13 @@ HOOK_FEATURES: tuple[str, ...] = (
     "step_z", "compute_z", "collective_z", "step_trend_z", "compute_trend_z", "compute_z_6h",
     "node_stale_intervals", "step_z_held_1h", "compute_z_held_1h")
 """Node features read from ``node.csv`` (the training hook's step, compute and collective
-times): all NaN on a fleet that exports no compute times, which no training fleet was."""
+times): all NaN on a fleet that exports no compute times. Every training fleet exports them."""
 UNHOOKED = "node_unhooked"
 """The model kind that scores node rows when the fleet exports no compute times: trained on the
 same node rows without ``HOOK_FEATURES``. The node model itself learned that a node whose GPUs
 power-throttle more than they did is a failing supply unless its compute runs slower as a node
-under a lower power limit does; with that evidence missing it read such nodes at 0.26-0.30 for
-hours (round 50)."""
+under a lower power limit does; with that evidence missing it read such nodes as failing
+supplies for hours (predictor/ROUNDS.md, round 50)."""
 FEATURES_BY_KIND: dict[str, dict[str, int]] = {
     "gpu": GPU_FEATURES, "node": NODE_FEATURES, "link": LINK_FEATURES,
     UNHOOKED: {f: d for f, d in NODE_FEATURES.items() if f not in HOOK_FEATURES}}

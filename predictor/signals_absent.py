@@ -73,8 +73,8 @@ NOTES: dict[str, str] = {
               "XIDs (a short ECC ramp) is warned of later or missed",
     "node": "no node.csv (no training hook): nodes are scored by the node model made for fleets "
             "without compute times, which tells a node under a lower power limit from a "
-            "failing supply on its heat and power alone; node failures that show first in a "
-            "slower step are warned of later or missed",
+            "failing supply on its heat and power alone; a node failure that shows first in "
+            "slower compute is warned of later or missed",
     "compute": "node.csv has no train.compute.duration: nodes are scored by the node model made "
                "for fleets without compute times (step times alone cannot tell one slow node in "
                "a synchronous job, whose step every node shares)",
