@@ -130,6 +130,8 @@ def _read_csv(path: Path, file: str) -> pd.DataFrame:
     for col in df.columns:
         if col in ("node", "src", "dst", "kind"):
             df[col] = df[col].fillna("").astype(str)
+            if col == "kind":  # an enumeration ("xid"; "gpu", "node", "link"): "XID" is one
+                df[col] = df[col].str.strip().str.lower()
             continue
         converted = pd.to_numeric(df[col], errors="coerce")
         bad_rows = converted.isna() & df[col].notna()

@@ -55,6 +55,24 @@ def test_columns_no_reader_uses_are_left_out_with_a_warning_naming_them(
     assert list(trace.gpu.columns) == [*plain.gpu.columns, "gpu.fan.speed"]
 
 
+def test_event_and_failure_kinds_are_read_whatever_their_case(tmp_path: Path) -> None:
+    # An exporter that writes "XID" (or " Gpu") means what fleet-trace/1 spells "xid": read as
+    # another kind, its XIDs were silently not XIDs, and a backtest of our generator's fleet
+    # read a GPU's risk up to 0.87 lower.
+    trace = small_trace()
+    write_trace(tmp_path, trace)
+    plain = read_trace(tmp_path)
+    assert (plain.events["kind"] == "xid").any()
+    events = pd.read_csv(tmp_path / "events.csv")
+    events["kind"] = events["kind"].str.upper()
+    events.to_csv(tmp_path / "events.csv", index=False)
+    (tmp_path / "failures.csv").write_text(
+        f"ts,node,gpu,kind\n{trace.meta.start + 60},{trace.meta.nodes[0]},1, Gpu\n")
+    shouted = read_trace(tmp_path, with_failures=True)
+    pd.testing.assert_frame_equal(shouted.events, plain.events)
+    assert list(shouted.failures["kind"]) == ["gpu"]
+
+
 def test_only_xid_events_need_a_numeric_code(tmp_path: Path) -> None:
     write_trace(tmp_path, small_trace())
     path = tmp_path / "events.csv"
