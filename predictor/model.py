@@ -149,8 +149,8 @@ class RiskModel:
         """(risk, lead estimate in seconds, top signals) of each row of ``x``. Node rows of a
         fleet that exports no compute times (no training hook) are scored by the ``UNHOOKED``
         model where this model has one."""
-        if kind == "node" and UNHOOKED in self.kinds and x.get("compute_z", pd.Series(
-                dtype=np.float64)).isna().all():
+        if kind == "node" and UNHOOKED in self.kinds and (
+                "compute_z" not in x or x["compute_z"].isna().all()):
             kind = UNHOOKED
         km = self.kinds.get(kind)
         if km is None or not len(x):
