@@ -153,6 +153,22 @@ def _read_csv(path: Path, file: str) -> pd.DataFrame:
     return df.sort_values("ts", kind="stable").reset_index(drop=True)
 
 
+def trace_file(root: Path, file: str) -> Path | None:
+    """Where ``file`` of fleet-trace/1 lies in ``root``: under its own name or, from a writer that
+    compressed it otherwise (``node.csv`` plain, ``events.csv.gz`` gzipped), under the other;
+    None when neither is there. A file under its own name wins over the other, with a warning."""
+    own = root / file
+    other = root / (file.removesuffix(".gz") if file.endswith(".gz") else f"{file}.gz")
+    if own.is_file():
+        if other.is_file():
+            log.warning("%s: ignored, %s is read (fleet-trace/1 names that one)", other, own.name)
+        return own
+    if other.is_file():
+        log.warning("%s: read as %s (fleet-trace/1 names it %s)", other, file, file)
+        return other
+    return None
+
+
 def read_meta(root: Path) -> TraceMeta:
     path = root / "meta.json"
     if not path.is_file():
@@ -197,13 +213,12 @@ def read_trace(root: Path | str, *, with_failures: bool = False) -> FleetTrace:
     if not root.is_dir():
         raise TraceFormatError(root, "is not a directory")
     meta = read_meta(root)
-    gpu_path = root / "gpu.csv.gz"
-    if not gpu_path.is_file():
-        raise TraceFormatError(gpu_path, "missing (required by fleet-trace/1)")
-    frames: dict[str, pd.DataFrame] = {}
-    for file in ("gpu.csv.gz", "node.csv.gz", "links.csv.gz", "events.csv"):
-        path = root / file
-        frames[file] = _read_csv(path, file) if path.is_file() else empty_frame(file)
+    paths = {file: trace_file(root, file)
+             for file in ("gpu.csv.gz", "node.csv.gz", "links.csv.gz", "events.csv")}
+    if paths["gpu.csv.gz"] is None:
+        raise TraceFormatError(root / "gpu.csv.gz", "missing (required by fleet-trace/1)")
+    frames = {file: empty_frame(file) if path is None else _read_csv(path, file)
+              for file, path in paths.items()}
     events = frames["events.csv"]
     events["kind"] = events["kind"].astype(str) if len(events) else events["kind"]
     return FleetTrace(
@@ -213,16 +228,17 @@ def read_trace(root: Path | str, *, with_failures: bool = False) -> FleetTrace:
         links=frames["links.csv.gz"],
         events=events,
         failures=read_failures(root) if with_failures else None,
-        events_exported=(root / "events.csv").is_file(),
+        events_exported=paths["events.csv"] is not None,
     )
 
 
 def read_failures(root: Path | str) -> pd.DataFrame:
     """``failures.csv`` alone (``ts,node,gpu,kind,precursor_s``; ``precursor_s`` NaN where the
     file has no such column), without reading the telemetry."""
-    path = Path(root) / "failures.csv"
-    if not path.is_file():
-        raise TraceFormatError(path, "missing: evaluation needs the ground-truth failures")
+    path = trace_file(Path(root), "failures.csv")
+    if path is None:
+        raise TraceFormatError(Path(root) / "failures.csv",
+                               "missing: evaluation needs the ground-truth failures")
     failures = _read_csv(path, "failures.csv")
     if "precursor_s" not in failures.columns:
         failures["precursor_s"] = float("nan")

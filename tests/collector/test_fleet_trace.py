@@ -97,3 +97,43 @@ def test_meta_nodes_must_name_the_nodes(tmp_path: Path) -> None:
     (tmp_path / "meta.json").write_text(json.dumps({**meta, "nodes": 2}))
     with pytest.raises(TraceFormatError, match=r"meta.json.*'nodes' must be a list of node names"):
         read_trace(tmp_path)
+
+
+def test_files_compressed_otherwise_than_the_format_names_them_are_read_and_named(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A writer that gzips events.csv like the others, or leaves node.csv plain, means the same
+    # data: read as absent, its XIDs read unknown and its step times left out without a word.
+    trace = small_trace()
+    write_trace(tmp_path / "as_named", trace)
+    (tmp_path / "as_named" / "failures.csv").write_text(
+        f"ts,node,gpu,kind,precursor_s\n{trace.meta.start + 60},{trace.meta.nodes[0]},1,gpu,600\n")
+    named = read_trace(tmp_path / "as_named", with_failures=True)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "meta.json").write_text((tmp_path / "as_named" / "meta.json").read_text())
+    named.gpu.to_csv(other / "gpu.csv", index=False)
+    named.node.to_csv(other / "node.csv", index=False)
+    named.links.to_csv(other / "links.csv", index=False)
+    named.events.to_csv(other / "events.csv.gz", index=False)
+    assert named.failures is not None and len(named.events) and len(named.node)
+    named.failures.to_csv(other / "failures.csv.gz", index=False)
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        back = read_trace(other, with_failures=True)
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"{other / 'events.csv.gz'}: read as events.csv (fleet-trace/1 names it" in said
+    assert f"{other / 'gpu.csv'}: read as gpu.csv.gz" in said
+    assert back.events_exported
+    for got, want in ((back.gpu, named.gpu), (back.node, named.node), (back.links, named.links),
+                      (back.events, named.events), (back.failures, named.failures)):
+        pd.testing.assert_frame_equal(got, want)
+    # Both forms present: the one the format names is read, the other named as ignored.
+    (other / "gpu.csv.gz").write_bytes((tmp_path / "as_named" / "gpu.csv.gz").read_bytes())
+    pd.DataFrame({"ts": [1.0], "node": ["x"], "gpu": [0]}).to_csv(other / "gpu.csv", index=False)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        pd.testing.assert_frame_equal(read_trace(other).gpu, named.gpu)
+    assert f"{other / 'gpu.csv'}: ignored, gpu.csv.gz is read" in caplog.text
+    (other / "gpu.csv").unlink()
+    (other / "gpu.csv.gz").unlink()
+    with pytest.raises(TraceFormatError, match=r"gpu\.csv\.gz: missing \(required by"):
+        read_trace(other)
