@@ -177,26 +177,28 @@ def training_traces(count: int, slow: int = 0, member: Member = MEMBERS[0],
         yield drop_signals(trace, signals_rng, absent or {})
 
 
+def _replayed() -> Callable[[str], None]:
+    """A progress line per fleet replayed, with the seconds since training began."""
+    t0 = time.time()
+    return lambda s: print(f"  replayed {s} ({time.time() - t0:.0f} s)", flush=True)
+
+
 def train_member(member: Member, *, traces: int = 30, slow: int = 0,
                  every_s: float = 300.0, events_alone: bool = False,
                  absent: dict[str, float] | None = None) -> RiskModel:
-    t0 = time.time()
     return fit_traces(training_traces(traces, slow, member, absent),
                       labels=LabelConfig(every_s=every_s),
                       config=FitConfig(seed=member.fit_seed, events_alone=events_alone),
-                      progress=lambda s: print(f"  replayed {s} ({time.time() - t0:.0f} s)",
-                                               flush=True))
+                      progress=_replayed())
 
 
 def unhooked_member(member: Member, *, traces: int = 30, slow: int = 0, every_s: float = 300.0,
                     absent: dict[str, float] | None = None) -> RiskModel:
     """One member's node model for fleets without compute times alone, fitted on the rows its
     full training replays (the same fleets, labels and kept negatives as ``train_member``)."""
-    t0 = time.time()
     labels, config = LabelConfig(every_s=every_s), FitConfig(seed=member.fit_seed)
-    rows, sources = collect_rows(
-        training_traces(traces, slow, member, absent), labels=labels, config=config,
-        progress=lambda s: print(f"  replayed {s} ({time.time() - t0:.0f} s)", flush=True))
+    rows, sources = collect_rows(training_traces(traces, slow, member, absent), labels=labels,
+                                 config=config, progress=_replayed())
     fitted = fit_unhooked(rows, labels=labels, config=config)
     if fitted is None:
         raise ValueError(f"member {member}: no node failure to learn from")
