@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from collector.fleet_trace import FleetTrace, TraceFormatError, read_trace
+from collector.fleet_trace import FleetTrace, TraceFormatError, read_trace, trace_file
 
 HORIZON_S = 6 * 3600.0
 MIN_LEAD_S = 60.0
@@ -213,7 +213,7 @@ def outcomes(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
     counts them (``foreshock evaluate --details`` prints them)."""
     failures_path = "failures.csv"
     if not isinstance(trace, FleetTrace):
-        failures_path = str(Path(trace) / "failures.csv")
+        failures_path = str(trace_file(Path(trace), "failures.csv") or Path(trace) / "failures.csv")
         trace = read_trace(trace, with_failures=True)
     if trace.failures is None:
         raise ValueError("the trace has no failures (read it with with_failures=True)")

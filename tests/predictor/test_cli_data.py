@@ -119,6 +119,13 @@ def test_evaluate_refuses_broken_traces(app: typer.Typer, trace_dir: Path,
     (broken / "failures.csv").write_text("ts,node,gpu,kind,precursor_s\n1,node000,,rack,0\n")
     result = CliRunner().invoke(app, ["evaluate", str(broken), "--alerts", str(alerts)])
     assert result.exit_code == 2 and "'kind'" in result.output
+    # Gzipped, the file is still read, and the error names the file that was read.
+    with gzip.open(broken / "failures.csv.gz", "wt") as fh:
+        fh.write((broken / "failures.csv").read_text())
+    (broken / "failures.csv").unlink()
+    result = CliRunner().invoke(app, ["evaluate", str(broken), "--alerts", str(alerts)])
+    assert result.exit_code == 2 and "failures.csv.gz" in " ".join(result.output.split())
+    assert "'kind'" in result.output
     with gzip.open(broken / "gpu.csv.gz", "wt") as fh:
         fh.write("ts,node,gpu.temperature\n1,node000,60\n")
     result = CliRunner().invoke(app, ["evaluate", str(broken), "--alerts", str(alerts)])
