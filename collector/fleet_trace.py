@@ -219,14 +219,12 @@ def read_trace(root: Path | str, *, with_failures: bool = False) -> FleetTrace:
         raise TraceFormatError(root / "gpu.csv.gz", "missing (required by fleet-trace/1)")
     frames = {file: empty_frame(file) if path is None else _read_csv(path, file)
               for file, path in paths.items()}
-    events = frames["events.csv"]
-    events["kind"] = events["kind"].astype(str) if len(events) else events["kind"]
     return FleetTrace(
         meta=meta,
         gpu=frames["gpu.csv.gz"],
         node=frames["node.csv.gz"],
         links=frames["links.csv.gz"],
-        events=events,
+        events=frames["events.csv"],
         failures=read_failures(root) if with_failures else None,
         events_exported=paths["events.csv"] is not None,
     )
