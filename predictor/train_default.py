@@ -207,10 +207,15 @@ def unhooked_member(member: Member, *, traces: int = 30, slow: int = 0, every_s:
                      kinds=kinds, horizon_s=labels.horizon_s)
 
 
+def _mean(members: list[RiskModel]) -> RiskModel:
+    """The members averaged, or the one member itself (``--members 1``)."""
+    return RiskModel.average(members) if len(members) > 1 else members[0]
+
+
 def with_unhooked(model: RiskModel, members: list[RiskModel]) -> RiskModel:
     """``model`` with the members' ``UNHOOKED`` kind (averaged) added and its other kinds as
     they were; versioned anew."""
-    added = RiskModel.average(members) if len(members) > 1 else members[0]
+    added = _mean(members)
     if added.horizon_s != model.horizon_s:
         raise ValueError(f"horizon {added.horizon_s:.0f} s against the model's "
                          f"{model.horizon_s:.0f} s")
@@ -267,10 +272,7 @@ def main() -> None:
             fitted = list(pool.map(train, members))
     else:
         fitted = [train(m) for m in members]
-    if base is not None:
-        model = with_unhooked(base, fitted)
-    else:
-        model = RiskModel.average(fitted) if len(fitted) > 1 else fitted[0]
+    model = with_unhooked(base, fitted) if base is not None else _mean(fitted)
     model.save(a.out)
     size = a.out.stat().st_size / 1e6
     print(f"wrote {a.out} ({size:.2f} MB), model {model.version} "
