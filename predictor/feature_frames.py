@@ -164,6 +164,7 @@ def build(engine: FeatureEngine, t: float, *, stale_s: float) -> Features:
     live_nodes = pd.Index(pd.unique(np.r_[gpu["node"].to_numpy(dtype=object),
                                           node["node"].to_numpy(dtype=object)]))
     node = node.set_index("node").reindex(live_nodes).rename_axis("node").reset_index()
+    _node_xids(engine, node, t)
     # Many nodes degraded at once is a shared cause (a congested leaf switch, a rack's
     # cooling), not many parts failing together: say how widespread each pattern is.
     bw_low = _share(node.get("link_bw_med_z"), lambda z: z < -3.0)
@@ -348,21 +349,24 @@ def _node_frame(engine: FeatureEngine, t: float, stale_s: float,
     f["compute_trend_z"] = robust_z(m[:, 0, 1] - m[:, 2, 1], floor=0.02)
     f["compute_z_6h"] = robust_z(m[:, 2, 1], floor=0.02)
     f["node_stale_intervals"] = (t - w.last_ts[live]) / nominal
-    names = engine.node_names.names(codes)
-    all_codes = engine.node_names.codes(names) if len(names) else codes
-    xid = _xid_counts(engine, engine.node_events, all_codes, t).sum(axis=2)
-    f["xid_node_1h"], f["xid_node_6h"] = xid[:, 1], xid[:, 2]
-    frame = pd.DataFrame({"node": names, **f})
-    # Nodes with node-level XIDs but no training rows still deserve a row.
+    frame = pd.DataFrame({"node": engine.node_names.names(codes), **f})
+    # Nodes with node-level XIDs in the last 6 h but no training rows still deserve a row.
     ev_codes = np.asarray(engine.node_events.keys.index, dtype=np.int64)
     extra = np.setdiff1d(ev_codes, codes)
     if len(extra):
-        xe = engine.node_events.counts_for(extra, t).sum(axis=2)
-        frame = pd.concat([frame, pd.DataFrame({
-            "node": engine.node_names.names(extra), "xid_node_1h": xe[:, 1],
-            "xid_node_6h": xe[:, 2]})], ignore_index=True)
-        frame = frame[(frame["xid_node_6h"].fillna(0) > 0.01) | frame["node"].isin(names)]
+        extra = extra[engine.node_events.counts_for(extra, t).sum(axis=2)[:, 2] > 0.01]
+        frame = pd.concat([frame, pd.DataFrame({"node": engine.node_names.names(extra)})],
+                          ignore_index=True)
     return frame
+
+
+def _node_xids(engine: FeatureEngine, node: pd.DataFrame, t: float) -> None:
+    """Fill in ``node``'s node-level XID counts, every live node's: on a fleet that keeps an
+    event log, a node whose hook exports no training rows has had none (0), not an unknown
+    count (NaN, as on a fleet with no log at all)."""
+    codes = engine.node_names.codes(node["node"].to_numpy(dtype=object))
+    xid = _xid_counts(engine, engine.node_events, codes, t).sum(axis=2)
+    node["xid_node_1h"], node["xid_node_6h"] = xid[:, 1], xid[:, 2]
 
 
 RECENT_LINKS_S = 600.0

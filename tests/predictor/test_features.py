@@ -82,6 +82,20 @@ def test_xid_counts_of_a_fleet_without_an_event_log_are_unknown_not_zero() -> No
     assert (quiet.gpu[xids] == 0).all().all()
 
 
+def test_node_xids_are_counted_on_a_fleet_that_exports_no_training_rows() -> None:
+    # No node.csv (no training hook) but an event log: a node's node-level XIDs are known, and a
+    # node that raised none has had none, as on a fleet with the hook.
+    t = T0 + 1800
+    trace = make_trace(Spec(extra_events=[(t, "n000", -1, 61)]))
+    for exported in (trace, without(trace, ["node"])):
+        node = _features_at(exported, 0.6).node.set_index("node")
+        assert node.loc["n000", "xid_node_1h"] > 0.5
+        assert (node.drop(index="n000")[["xid_node_1h", "xid_node_6h"]] == 0).all().all()
+    # Without the log as well they are unknown, on every node.
+    bare = _features_at(without(trace, ["node", "events"]), 0.6).node
+    assert len(bare) == 4 and bare[["xid_node_1h", "xid_node_6h"]].isna().all().all()
+
+
 def test_a_growing_error_rate_rises_and_a_steady_benign_one_does_not() -> None:
     feats = _at(Spec(benign_sbe=("n001", 0), ecc_ramp=("n002", 3, 3.0, 6.0)), 5.0)
     benign, ramp = _gpu(feats, "n001", 0), _gpu(feats, "n002", 3)
