@@ -82,15 +82,24 @@ HOOK_FEATURES: tuple[str, ...] = (
     "node_stale_intervals", "step_z_held_1h", "compute_z_held_1h")
 """Node features read from ``node.csv`` (the training hook's step, compute and collective
 times): all NaN on a fleet that exports no compute times. Every training fleet exports them."""
+LINK_LEVELS: tuple[str, ...] = (
+    "link_bw_med_z", "link_bw_min_z", "link_lat_med_z", "link_lat_max_z",
+    "link_bw_med_z_held_1h", "link_lat_med_z_held_1h")
+"""Node features that read how slow a node's links are now against the fleet's, not how far they
+moved from where the node stood (the ``link_*_trend_*`` features)."""
 UNHOOKED = "node_unhooked"
 """The model kind that scores node rows when the fleet exports no compute times: trained on the
-same node rows without ``HOOK_FEATURES``. The node model itself learned that a node whose GPUs
-power-throttle more than they did is a failing supply unless its compute runs slower as a node
-under a lower power limit does; with that evidence missing it read such nodes as failing
-supplies for hours (predictor/ROUNDS.md, round 50)."""
+same node rows without ``HOOK_FEATURES`` or ``LINK_LEVELS``. The node model itself learned that a
+node whose GPUs power-throttle more than they did is a failing supply unless its compute runs
+slower as a node under a lower power limit does; with that evidence missing it read such nodes as
+failing supplies for hours (predictor/ROUNDS.md, round 50). Likewise a node whose links read slow
+all along (a slower NIC) is healthy when it computes no slower than its peers; without compute
+times, a node model that reads link levels kept such nodes at risk for days, where a failing NIC
+shows as a drop from where its node stood, which the trends read (round 52)."""
 FEATURES_BY_KIND: dict[str, dict[str, int]] = {
     "gpu": GPU_FEATURES, "node": NODE_FEATURES, "link": LINK_FEATURES,
-    UNHOOKED: {f: d for f, d in NODE_FEATURES.items() if f not in HOOK_FEATURES}}
+    UNHOOKED: {f: d for f, d in NODE_FEATURES.items()
+               if f not in HOOK_FEATURES and f not in LINK_LEVELS}}
 
 MEMORY_EVENTS: tuple[str, ...] = (
     *(f"{c}_rate_{w}" for c in ("remap_corr", "remap_unc") for w in TAU_NAMES),
