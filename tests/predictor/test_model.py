@@ -330,20 +330,6 @@ def test_shipped_model_leaves_nodes_on_a_slower_nic_alone(exported: str) -> None
     assert run(trace, RiskModel.load()).alerts.empty
 
 
-@pytest.mark.parametrize("exported", ["everything", "no node.csv"])
-def test_shipped_model_catches_a_failing_nic_without_compute_times_too(exported: str) -> None:
-    # n001's NIC fails from 2 h on (as in the test below), on a fleet with and without node.csv:
-    # the drop from where the node stood is read either way.
-    from predictor.signals_absent import without
-
-    trace = probe_trace({"n001"}, 2.0, nodes=8, offsets=(1, 4), bw=0.4)
-    if exported == "no node.csv":
-        trace = without(trace, ["node"])
-    alerts = run(trace, RiskModel.load()).alerts
-    assert set(alerts["node"]) == {"n001"}
-    assert alerts["ts"].min() <= T0 + 3.0 * 3600
-
-
 def _node_alerts(spec: Spec) -> pd.DataFrame:
     """The shipped model's alerts on the trace ``spec`` describes, replayed as a backtest does."""
     return run(make_trace(spec), RiskModel.load()).alerts
@@ -368,10 +354,17 @@ def test_shipped_model_reads_a_node_hot_from_a_heavier_job_as_healthy() -> None:
     assert _node_alerts(Spec(nodes=8, hours=7.0, heavy_node=("n001", 4.0, 200.0))).empty
 
 
-def test_shipped_model_blames_a_failing_nic_not_the_partner_that_probes_it() -> None:
+@pytest.mark.parametrize("exported", ["everything", "no node.csv"])
+def test_shipped_model_blames_a_failing_nic_not_the_partner_that_probes_it(exported: str) -> None:
     # Each node probes its ring neighbour and its opposite, so half of n005's probes run to and
-    # from n001, whose NIC fails from 2 h on. Only n001 is to drain.
+    # from n001, whose NIC fails from 2 h on. Only n001 is to drain, with compute times or
+    # without (round 50's twin for fleets without them read n005's slow links as its own: 32
+    # node alert rows up to 0.43).
+    from predictor.signals_absent import without
+
     trace = probe_trace({"n001"}, 2.0, nodes=8, offsets=(1, 4), bw=0.4)
+    if exported == "no node.csv":
+        trace = without(trace, ["node"])
     alerts = run(trace, RiskModel.load()).alerts
     assert set(alerts["node"]) == {"n001"}
     assert alerts["ts"].min() <= T0 + 3.0 * 3600
