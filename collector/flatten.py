@@ -16,13 +16,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from collector.batch import GPU_INDEX, N_GPU, Batch, Entity, SeriesRef
-from collector.metrics import XID
+from collector.metrics import MAX_ABS_VALUE, XID
 
 _NO_RECORDED_VALUE = 1  # DataPointFlags.FLAG_NO_RECORDED_VALUE
 _STALE = b"no recorded value"  # memo marker of a point flagged FLAG_NO_RECORDED_VALUE
-MAX_ABS_VALUE = 3.4e38
-"""Largest magnitude accepted: no telemetry comes near it, and PostgreSQL keeps the bounded GPU
-gauges as float4, which would turn a larger value into infinity."""
 
 
 class RejectedPoint(ValueError):

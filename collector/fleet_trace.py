@@ -8,9 +8,15 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from collector.metrics import GPU_COLUMNS, LINK_TRACE_METRICS, NODE_TRACE_METRICS
+from collector.metrics import (
+    GPU_COLUMNS,
+    LINK_TRACE_METRICS,
+    MAX_ABS_VALUE,
+    NODE_TRACE_METRICS,
+)
 
 FORMAT = "fleet-trace/1"
 
@@ -147,10 +153,43 @@ def _read_csv(path: Path, file: str) -> pd.DataFrame:
         df[col] = converted
     if df["ts"].isna().any():
         raise TraceFormatError(path, "column 'ts' has empty values")
+    _refuse(path, df, "ts", ~np.isfinite(df["ts"]), "is not a finite time (Unix seconds)")
     if "gpu" in df.columns:
+        g = df["gpu"].to_numpy(dtype=np.float64)
+        # -1 (or any negative) means "no GPU" where the format lets a row name none.
+        none_ok = file != "gpu.csv.gz"
+        whole = np.isnan(g) | (np.isfinite(g) & (g == np.round(g)) & ((g >= 0) | none_ok))
+        _refuse(path, df, "gpu", ~whole, "is not a GPU index (a whole number from 0"
+                + ("; empty for none)" if none_ok else ")"))
         df["gpu"] = df["gpu"].fillna(-1).astype("int64")
+    if "code" in df.columns:
+        code = df["code"].to_numpy(dtype=np.float64)
+        xid = (df["kind"] == "xid").to_numpy()
+        whole = np.isnan(code) | (np.isfinite(code) & (code == np.round(code)))
+        _refuse(path, df, "code", xid & ~whole, "is not an XID code (a whole number)")
+    # Like OTLP ingest, a value no sensor reads (inf, or beyond what the store keeps) is dropped,
+    # not the trace: it reads as missing, as a gap would, and the rest of the file stands.
+    for col in df.columns.difference(list(_KEYS[file])):
+        v = df[col].to_numpy(dtype=np.float64)
+        bad = ~(np.isnan(v) | (np.abs(v) <= MAX_ABS_VALUE))
+        if bad.any():
+            first = int(bad.argmax())
+            log.warning("%s: column %r has %d value(s) that are not finite or beyond +-%g (the "
+                        "first %g on line %d); read as missing", path, col, int(bad.sum()),
+                        MAX_ABS_VALUE, v[first], int(df.index[first]) + 2)
+            df.loc[bad, col] = np.nan
     # Out-of-order rows are legal input; every consumer wants them in time order.
     return df.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def _refuse(path: Path, df: pd.DataFrame, col: str, bad: pd.Series | np.ndarray,
+            what: str) -> None:
+    """Raise for the first row of ``bad``, naming ``col``, the value and its line in the file."""
+    bad = np.asarray(bad, dtype=bool)
+    if bad.any():
+        first = int(bad.argmax())
+        raise TraceFormatError(path, f"column {col!r} has {df[col].iloc[first]:g} on line "
+                                     f"{int(df.index[first]) + 2}, which {what}")
 
 
 def trace_file(root: Path, file: str) -> Path | None:

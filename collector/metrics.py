@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+MAX_ABS_VALUE = 3.4e38
+"""Largest magnitude a stored value may have, from OTLP or a fleet trace: no telemetry comes near
+it, and PostgreSQL keeps the bounded GPU gauges as float4, which would turn a larger value into
+infinity."""
+
 Kind = Literal["gauge", "cumulative", "event", "histogram", "counter"]
 Family = Literal["gpu", "train", "net", "foreshock"]
 

@@ -23,13 +23,13 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from collector.batch import GPU_INDEX, N_GPU, Batch, Columns, Entity, SeriesRef
 from collector.flatten import (
-    MAX_ABS_VALUE,
     FlattenCache,
     Flattener,
     metric_family,
     metric_kind,
     resource_attrs,
 )
+from collector.metrics import MAX_ABS_VALUE
 
 _DATA = {5: "gauge", 7: "sum", 9: "histogram"}  # Metric fields; others have no layout
 _HIST_STATS = {4: "count", 5: "sum", 11: "min", 12: "max"}  # HistogramDataPoint fixed64 fields

@@ -130,3 +130,23 @@ def test_export_to_a_folder_it_cannot_make_says_so_before_reading_the_store(
                                        sqlite_url])
     assert done.exit_code == 2 and "TRACE_DIR" in done.output and "Traceback" not in done.output
     assert not Path(sqlite_url.removeprefix("sqlite:///")).exists()  # the store was not opened
+
+
+def test_import_keeps_values_no_sensor_reads_out_of_the_store(store_url: str,
+                                                              tmp_path: Path) -> None:
+    # PostgreSQL keeps GPU gauges as float4: 1e300 would be stored as infinity, and an inf
+    # stored as one, for every query and score after. The import drops those cells alone.
+    src = tmp_path / "src"
+    write_trace(src, small_trace())
+    gpu = pd.read_csv(src / "gpu.csv.gz")
+    gpu.loc[2, "gpu.temperature"], gpu.loc[5, "gpu.temperature"] = 1e300, float("inf")
+    gpu.to_csv(src / "gpu.csv.gz", index=False)
+    done = CliRunner().invoke(_app(), ["import", str(src), "--db", store_url, "--job", "j"])
+    assert done.exit_code == 0, done.output
+    assert "imported 140 points into job 'j'" in done.output  # 142 with every cell sound
+    store = Store.open(store_url)
+    try:
+        temps = store.read_trace(job="j").gpu["gpu.temperature"]
+    finally:
+        store.close()
+    assert temps.isna().sum() == 2 and temps.abs().max() < 100

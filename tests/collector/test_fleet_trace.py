@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -89,6 +90,64 @@ def test_only_xid_events_need_a_numeric_code(tmp_path: Path) -> None:
     pd.concat([events, extra]).to_csv(path, index=False)
     with pytest.raises(TraceFormatError, match=r"events.csv.*column 'code'.*'reboot' on line 4"):
         read_trace(tmp_path)
+
+
+def _set_cell(path: Path, line: int, col: str, value: str) -> None:
+    """Write ``value`` into ``col`` on ``line`` of the file (1-based, the header is line 1)."""
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    df.loc[line - 2, col] = value
+    df.to_csv(path, index=False)
+
+
+def test_values_no_sensor_reads_are_read_as_missing_and_named(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # An exporter may write inf for a reading it lost, or garbage far beyond any sensor. OTLP
+    # ingest refuses such points one by one; a trace drops those cells alone, says where, and
+    # keeps every other value (before, an inf temperature raised alerts on every node).
+    write_trace(tmp_path, small_trace())
+    plain = read_trace(tmp_path)
+    _set_cell(tmp_path / "gpu.csv.gz", 5, "gpu.temperature", "inf")
+    _set_cell(tmp_path / "gpu.csv.gz", 9, "gpu.temperature", "-Infinity")
+    _set_cell(tmp_path / "gpu.csv.gz", 7, "gpu.ecc.sbe", "1e300")
+    _set_cell(tmp_path / "links.csv.gz", 3, "net.link.bandwidth", "-inf")
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        trace = read_trace(tmp_path)
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert ("gpu.csv.gz: column 'gpu.temperature' has 2 value(s) that are not finite or beyond "
+            "+-3.4e+38 (the first inf on line 5); read as missing") in said
+    assert "column 'gpu.ecc.sbe' has 1 value(s)" in said and "1e+300 on line 7" in said
+    assert "links.csv.gz: column 'net.link.bandwidth' has 1 value(s)" in said
+    lost = trace.gpu.isna() & plain.gpu.notna()
+    assert lost.sum().to_dict() == {**dict.fromkeys(plain.gpu.columns, 0),
+                                    "gpu.temperature": 2, "gpu.ecc.sbe": 1}
+    pd.testing.assert_frame_equal(trace.gpu[~lost.any(axis=1)], plain.gpu[~lost.any(axis=1)])
+    assert trace.links["net.link.bandwidth"].isna().sum() == 1
+    assert trace.links["net.link.latency"].equals(plain.links["net.link.latency"])
+
+
+@pytest.mark.parametrize(("file", "line", "col", "value", "says"), [
+    ("gpu.csv.gz", 4, "ts", "inf", "column 'ts' has inf on line 4, which is not a finite time"),
+    ("gpu.csv.gz", 3, "gpu", "0.5", "column 'gpu' has 0.5 on line 3, which is not a GPU index "
+                                    "(a whole number from 0)"),
+    ("gpu.csv.gz", 3, "gpu", "-1", "column 'gpu' has -1 on line 3"),
+    ("events.csv", 2, "gpu", "inf", "column 'gpu' has inf on line 2, which is not a GPU index "
+                                    "(a whole number from 0; empty for none)"),
+    ("events.csv", 3, "code", "79.5", "column 'code' has 79.5 on line 3, which is not an XID "
+                                      "code"),
+])
+def test_times_gpu_indices_and_xid_codes_that_cannot_be_are_refused_naming_the_line(
+        tmp_path: Path, file: str, line: int, col: str, value: str, says: str) -> None:
+    # Before, an inf time crashed the replay, and a GPU index of 0.5 was read as GPU 0.
+    write_trace(tmp_path, small_trace())
+    _set_cell(tmp_path / file, line, col, value)
+    with pytest.raises(TraceFormatError, match=re.escape(f"{file}: {says}")):
+        read_trace(tmp_path)
+
+
+def test_a_node_event_may_name_its_gpu_as_minus_one(tmp_path: Path) -> None:
+    write_trace(tmp_path, small_trace())
+    _set_cell(tmp_path / "events.csv", 3, "gpu", "-1")  # write_trace leaves it empty
+    assert read_trace(tmp_path).events["gpu"].tolist() == [1, -1]
 
 
 def test_meta_nodes_must_name_the_nodes(tmp_path: Path) -> None:

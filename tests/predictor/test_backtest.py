@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import typer
@@ -195,3 +196,24 @@ def test_out_of_order_rows_give_the_same_alerts() -> None:
                            events=trace.events.iloc[::-1])
     pd.testing.assert_frame_equal(run(shuffled, RulesModel()).alerts,
                                   run(trace, RulesModel()).alerts)
+
+
+def test_cli_backtest_reads_past_values_no_sensor_reads(tmp_path: Path, cli: typer.Typer) -> None:
+    # A few lost readings written as inf (1 in 100 temperatures) once made the shipped model
+    # alert on every node of a healthy fleet; read as missing, they change no alert.
+    clean, lossy = tmp_path / "clean", tmp_path / "lossy"
+    trace = make_trace(Spec(seed=21, hours=3))
+    write_trace(clean, trace)
+    gpu = trace.gpu.copy()
+    lost = np.random.default_rng(0).random(len(gpu)) < 0.01
+    gpu.loc[lost, "gpu.temperature"] = float("inf")
+    write_trace(lossy, type(trace)(meta=trace.meta, gpu=gpu, node=trace.node, links=trace.links,
+                                   events=trace.events))
+    alerts = {}
+    for root in (clean, lossy):
+        out = tmp_path / f"{root.name}.csv"
+        res = CliRunner().invoke(cli, ["backtest", str(root), "--alerts-out", str(out)])
+        assert res.exit_code == 0, res.output
+        alerts[root.name] = pd.read_csv(out)
+    assert len(alerts["clean"]) == 0
+    pd.testing.assert_frame_equal(alerts["lossy"], alerts["clean"])
