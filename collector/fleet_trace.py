@@ -6,6 +6,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -115,7 +116,7 @@ def empty_frame(file: str) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="float64") for c in (*_KEYS[file], *_METRICS[file])})
 
 
-def _read_csv(path: Path, file: str) -> pd.DataFrame:
+def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFrame:
     try:
         df = pd.read_csv(path, dtype={"node": str, "src": str, "dst": str, "kind": str})
     except (OSError, ValueError, EOFError) as exc:  # pandas raises ParserError (a ValueError)
@@ -178,8 +179,39 @@ def _read_csv(path: Path, file: str) -> pd.DataFrame:
                         "first %g on line %d); read as missing", path, col, int(bad.sum()),
                         MAX_ABS_VALUE, v[first], int(df.index[first]) + 2)
             df.loc[bad, col] = np.nan
+    if meta is not None:
+        df = _near(path, df, meta)
     # Out-of-order rows are legal input; every consumer wants them in time order.
     return df.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def _near(path: Path, df: pd.DataFrame, meta: TraceMeta) -> pd.DataFrame:
+    """``df`` without rows whose time lies further outside meta.json's window than the window is
+    long (a day at least): a clock years off or times in milliseconds, which would have the
+    replay step through years. None left of gpu.csv.gz's rows is an error."""
+    slack = max(86_400.0, meta.end - meta.start)
+    far = ~df["ts"].between(meta.start - slack, meta.end + slack).to_numpy()
+    if not far.any():
+        return df
+    first = int(far.argmax())
+    ts, line = float(df["ts"].iloc[first]), int(df.index[first]) + 2
+    said = (f"the first {ts:g} on line {line}{_utc(ts)}, against meta.json's start {meta.start:g}"
+            f"{_utc(meta.start)}; fleet-trace times are Unix seconds, and milliseconds read 1,000 "
+            "times larger")
+    if far.all() and path.name.startswith("gpu.csv"):
+        raise TraceFormatError(path, f"no row's ts lies within a day or the trace's length of "
+                                     f"meta.json's start..end ({said})")
+    log.warning("%s: %d row(s) with ts far outside meta.json's start..end left out (%s)", path,
+                int(far.sum()), said)
+    return df[~far]
+
+
+def _utc(ts: float) -> str:
+    """`` (2026-01-01T00:00:00Z)`` for a time a calendar can show, else nothing."""
+    try:
+        return f" ({datetime.fromtimestamp(ts, UTC):%Y-%m-%dT%H:%M:%SZ})"
+    except (OverflowError, OSError, ValueError):
+        return ""
 
 
 def _refuse(path: Path, df: pd.DataFrame, col: str, bad: pd.Series | np.ndarray,
@@ -256,7 +288,7 @@ def read_trace(root: Path | str, *, with_failures: bool = False) -> FleetTrace:
              for file in ("gpu.csv.gz", "node.csv.gz", "links.csv.gz", "events.csv")}
     if paths["gpu.csv.gz"] is None:
         raise TraceFormatError(root / "gpu.csv.gz", "missing (required by fleet-trace/1)")
-    frames = {file: empty_frame(file) if path is None else _read_csv(path, file)
+    frames = {file: empty_frame(file) if path is None else _read_csv(path, file, meta)
               for file, path in paths.items()}
     return FleetTrace(
         meta=meta,

@@ -150,6 +150,32 @@ def test_a_node_event_may_name_its_gpu_as_minus_one(tmp_path: Path) -> None:
     assert read_trace(tmp_path).events["gpu"].tolist() == [1, -1]
 
 
+def test_rows_far_from_the_traces_window_are_left_out_and_times_in_milliseconds_refused(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # One event stamped by a clock 70 years off made the replay step through those years (it
+    # never finished); times in milliseconds asked for a 44 GiB array. Rows late by hours are
+    # a meta.json that ends early, and stay.
+    trace = small_trace()
+    late = trace.meta.end + 7200
+    events = pd.concat([trace.events, pd.DataFrame(
+        {"ts": [4e9, late], "node": ["n1", "n1"], "gpu": [0, 0], "kind": ["xid", "xid"],
+         "code": [48.0, 79.0]})], ignore_index=True)
+    write_trace(tmp_path, dataclasses.replace(trace, events=events))
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        back = read_trace(tmp_path)
+    assert back.events["ts"].tolist() == [*trace.events["ts"], late]
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert ("events.csv: 1 row(s) with ts far outside meta.json's start..end left out (the "
+            "first 4e+09 on line 4 (2096-10-02T07:06:40Z)") in said
+    assert "Unix seconds" in said
+    pd.testing.assert_frame_equal(back.gpu, read_trace(tmp_path).gpu)
+    gpu = trace.gpu.assign(ts=trace.gpu["ts"] * 1000)
+    write_trace(tmp_path, dataclasses.replace(trace, gpu=gpu))
+    with pytest.raises(TraceFormatError, match=r"gpu.csv.gz: no row's ts lies within a day .* "
+                                               r"times are Unix seconds, and milliseconds"):
+        read_trace(tmp_path)
+
+
 def test_meta_nodes_must_name_the_nodes(tmp_path: Path) -> None:
     write_trace(tmp_path, small_trace())
     meta = json.loads((tmp_path / "meta.json").read_text())
