@@ -121,6 +121,7 @@ def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFr
         df = pd.read_csv(path, dtype={"node": str, "src": str, "dst": str, "kind": str})
     except (OSError, ValueError, EOFError) as exc:  # pandas raises ParserError (a ValueError)
         raise TraceFormatError(path, f"cannot be read as CSV: {exc}") from exc
+    df.columns = df.columns.str.strip()  # "ts, node, gpu" as a hand-made header has it
     missing = [c for c in _KEYS[file] if c not in df.columns]
     if missing:
         raise TraceFormatError(path, f"missing required column(s) {', '.join(missing)}")

@@ -176,6 +176,14 @@ def test_rows_far_from_the_traces_window_are_left_out_and_times_in_milliseconds_
         read_trace(tmp_path)
 
 
+def test_a_header_with_spaces_after_its_commas_is_read(tmp_path: Path) -> None:
+    write_trace(tmp_path, small_trace())
+    plain = read_trace(tmp_path)
+    gpu = pd.read_csv(tmp_path / "gpu.csv.gz")
+    gpu.rename(columns=lambda c: f" {c}").to_csv(tmp_path / "gpu.csv.gz", index=False)
+    pd.testing.assert_frame_equal(read_trace(tmp_path).gpu, plain.gpu)
+
+
 def test_meta_nodes_must_name_the_nodes(tmp_path: Path) -> None:
     write_trace(tmp_path, small_trace())
     meta = json.loads((tmp_path / "meta.json").read_text())
