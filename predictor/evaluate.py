@@ -135,7 +135,7 @@ def validate_alerts(alerts: pd.DataFrame, *, source: str = "alerts") -> pd.DataF
         out[col] = converted
     gpu = out["gpu"]
     # -1 is how frames (read_trace, read_alerts) spell "no GPU", like an empty cell.
-    if ((gpu.notna()) & ((gpu < -1) | (gpu != gpu.round()))).any():
+    if ((gpu.notna()) & ((gpu < -1) | (gpu != gpu.round()) | np.isinf(gpu))).any():
         raise AlertsFormatError(source, "column 'gpu' must hold GPU indices (>= 0) or be empty")
     out["gpu"] = gpu.fillna(-1).astype("int64")
     out["node"] = out["node"].fillna("").astype(str)

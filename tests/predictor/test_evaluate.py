@@ -182,6 +182,7 @@ def test_reads_trace_directory_and_alerts_file(tmp_path: Path) -> None:
     ("time,node,gpu,kind,score,reason\n1,n0,,node,0.5,x\n", "ts"),
     ("ts,node,gpu,kind,score,reason\nsoon,n0,,node,0.5,x\n", "'ts'"),
     ("ts,node,gpu,kind,score,reason\n1,n0,1.5,gpu,0.5,x\n", "'gpu'"),
+    ("ts,node,gpu,kind,score,reason\n1,n0,inf,gpu,0.5,x\n", "'gpu'"),  # was a traceback
     ("ts,node,gpu,kind,score,reason\n1,n0,,rack,0.5,x\n", "'kind'"),
     ("ts,node,gpu,kind,score,reason\n1,,,node,0.5,x\n", "'node'"),
     ("ts,node,gpu,kind,score,reason\n1,n0,,node,high,x\n", "'score'"),
