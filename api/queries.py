@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import get_store
+from api.deps import INT_MAX, get_store
 from collector import query as q
 from collector.store import Store
 
@@ -56,8 +56,9 @@ class EventInfo(BaseModel):
 def entity_filter(
     job: Annotated[str | None, Query(description="Only this job.")] = None,
     node: Annotated[str | None, Query(description="Only this node.")] = None,
-    rank: Annotated[int | None, Query(ge=0, description="Only this rank.")] = None,
-    gpu: Annotated[int | None, Query(ge=0, description="Only this GPU index.")] = None,
+    rank: Annotated[int | None, Query(ge=0, le=INT_MAX, description="Only this rank.")] = None,
+    gpu: Annotated[int | None, Query(ge=0, le=INT_MAX, description="Only this GPU index.")
+                   ] = None,
     peer: Annotated[str | None, Query(description="Only links to this peer node.")] = None,
 ) -> q.EntityFilter:
     return q.EntityFilter(job=job, node=node, rank=rank, gpu=gpu, peer=peer)
@@ -80,9 +81,12 @@ async def series(store: StoreDep, where: Filter,
 async def query_range(
     store: StoreDep, where: Filter,
     metric: Annotated[str, Query(description="Metric name, e.g. gpu.temperature.")],
-    start: Annotated[float | None, Query(description="Unix s; default end - 1 h.")] = None,
-    end: Annotated[float | None, Query(description="Unix s; default now.")] = None,
-    step: Annotated[float | None, Query(gt=0, description="Bucket width in s; none: raw.")] = None,
+    start: Annotated[float | None, Query(allow_inf_nan=False,
+                                         description="Unix s; default end - 1 h.")] = None,
+    end: Annotated[float | None, Query(allow_inf_nan=False,
+                                       description="Unix s; default now.")] = None,
+    step: Annotated[float | None, Query(gt=0, allow_inf_nan=False,
+                                        description="Bucket width in s; none: raw.")] = None,
     agg: Annotated[str, Query(description="mean, min, max, last, sum or count per step.")] = "mean",
     stat: Stat = "",
 ) -> dict[str, Any]:
@@ -117,8 +121,9 @@ async def latest(
 async def events(
     store: StoreDep, where: Filter,
     kind: Annotated[str | None, Query(description="Only this kind, e.g. xid.")] = None,
-    start: Annotated[float, Query(description="Unix s.")] = 0.0,
-    end: Annotated[float | None, Query(description="Unix s; default now.")] = None,
+    start: Annotated[float, Query(allow_inf_nan=False, description="Unix s.")] = 0.0,
+    end: Annotated[float | None, Query(allow_inf_nan=False,
+                                       description="Unix s; default now.")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> list[dict[str, Any]]:
     """Events (XIDs) in a time range, oldest first."""

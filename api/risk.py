@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
-from api.deps import get_store
+from api.deps import INT_MAX, get_store
 from collector.store import Store
 from predictor.risk_scores import history, latest
 
@@ -37,11 +37,13 @@ def risk_history(
     store: Annotated[Store, Depends(get_store)],
     job: Annotated[str | None, Query(description="Only this job.")] = None,
     node: Annotated[str | None, Query(description="Only this node.")] = None,
-    gpu: Annotated[int | None, Query(ge=0, description="Only this GPU index (needs node).")
-                   ] = None,
+    gpu: Annotated[int | None, Query(ge=0, le=INT_MAX,
+                                     description="Only this GPU index (needs node).")] = None,
     kind: Annotated[Kind | None, Query(description="Only gpu, link or node entities.")] = None,
-    start: Annotated[float | None, Query(description="From this Unix time (seconds).")] = None,
-    end: Annotated[float | None, Query(description="Until this Unix time (seconds).")] = None,
+    start: Annotated[float | None, Query(allow_inf_nan=False,
+                                         description="From this Unix time (seconds).")] = None,
+    end: Annotated[float | None, Query(allow_inf_nan=False,
+                                       description="Until this Unix time (seconds).")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000, description="At most this many rows.")
                      ] = 10_000,
 ) -> dict[str, object]:

@@ -95,3 +95,23 @@ def test_old_ranges_answer_from_rollups_after_retention(client: TestClient) -> N
     [raw] = client.get("/api/v1/query_range", params=params).json()["series"]
     assert raw["points"][-2:] == [[T0 + 100, 71.0], [T0 + 110, 72.0]]
     assert raw["points"][0] == [T0 - 20, 61.0 + 1.5]  # a rollup minute reads as its mean
+
+
+def test_times_that_are_no_time_and_indices_past_the_stores_are_refused_by_name(
+        sqlite_client: TestClient) -> None:
+    # Before: start=nan answered "end must not be before start=nan", events and risk history
+    # answered [] as if nothing were there, step=inf gave raw points, and gpu=1e20 a bare 500.
+    for path, params, name in [
+        ("/api/v1/query_range", {"metric": "gpu.power", "start": "nan", "end": 5}, "start"),
+        ("/api/v1/query_range", {"metric": "gpu.power", "start": "-inf", "end": "inf"}, "start"),
+        ("/api/v1/query_range", {"metric": "gpu.power", "start": 0, "end": 60, "step": "inf"},
+         "step"),
+        ("/api/v1/events", {"start": "nan"}, "start"),
+        ("/api/v1/events", {"end": "inf"}, "end"),
+        ("/api/v1/risk/history", {"node": "n0", "start": "nan"}, "start"),
+        ("/api/v1/latest", {"metric": "gpu.power", "gpu": 10**20}, "gpu"),
+        ("/api/v1/series", {"rank": 2**31}, "rank"),
+    ]:
+        r = sqlite_client.get(path, params=params)
+        assert r.status_code == 422, (path, params, r.text)
+        assert name in {str(e["loc"][-1]) for e in r.json()["detail"]}, (path, params, r.text)
