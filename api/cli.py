@@ -46,14 +46,20 @@ def serve(
     import os
 
     import uvicorn
+    from pydantic import ValidationError
 
     from api.app import create_app
-    from api.settings import Settings
+    from api.settings import Settings, settings_error
     from collector.store import Store
 
     given = {"db_url": db, "host": host, "port": port}
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    settings = Settings(_env_file=env_file, **overrides)
+    try:
+        settings = Settings(_env_file=env_file, **overrides)
+    except ValidationError as exc:
+        typer.echo(f"error: bad settings (the environment, --env-file, --db, --host or --port):"
+                   f"\n{settings_error(exc)}", err=True)
+        raise typer.Exit(2) from exc
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if workers > 1:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
     """Every knob of ``foreshock serve``; each can be set as ``FORESHOCK_<NAME>``."""
 
-    model_config = SettingsConfigDict(env_prefix="FORESHOCK_", frozen=True, extra="forbid")
+    # inf would pass every bound here and stall a loop for ever (sleep(inf), no scoring)
+    model_config = SettingsConfigDict(env_prefix="FORESHOCK_", frozen=True, extra="forbid",
+                                      allow_inf_nan=False)
 
     # --- store and HTTP (collector issue) ---
     db_url: str = Field("sqlite:///foreshock.db", description="SQLAlchemy URL of the store.")
@@ -98,3 +100,17 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"db_url={v!r}: use sqlite:///path.db or postgresql+psycopg://user@host/db")
         return v
+
+
+def settings_error(exc: ValidationError) -> str:
+    """What was wrong with the settings, one line per setting, named as a user sets it
+    (``FORESHOCK_<NAME>``), with the value given where it is a known setting's and no secret
+    (an unknown name may be a token's, misspelt)."""
+    lines = []
+    for e in exc.errors():
+        key = str(e["loc"][0]) if e["loc"] else ""
+        name = key.upper() if key.upper().startswith("FORESHOCK_") else f"FORESHOCK_{key.upper()}"
+        field = Settings.model_fields.get(key)
+        shown = field is not None and "SecretStr" not in str(field.annotation) and "input" in e
+        lines.append(f"{name}{'=' + repr(e['input']) if shown else ''}: {e['msg']}")
+    return "\n".join(lines)

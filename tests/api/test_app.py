@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import Histogram, MeterProvider
@@ -107,3 +108,31 @@ def test_every_acknowledged_point_survives_kill_9(live_server, store_url: str) -
     stored = gpu.groupby("ts")["gpu"].count()
     missing = [ts for ts in acked if stored.get(ts, 0) != 64]
     assert not missing, f"{len(missing)} of {len(acked)} acknowledged requests lost"
+
+
+def test_serve_refuses_bad_settings_by_their_names_and_never_starts(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # An infinite interval passed every bound and the service ran, never scoring (sleep(inf));
+    # any bad setting printed a page of traceback. Now each is named as the user set it, a
+    # token's value is not echoed, and nothing is served.
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from api import cli
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the server started on bad settings")
+
+    monkeypatch.setattr(uvicorn, "run", started)
+    env = {"FORESHOCK_SCORE_INTERVAL_S": "inf", "FORESHOCK_MAINTENANCE_INTERVAL_S": "nan"}
+    (tmp_path / ".env").write_text("FORESHOCK_ADMIN_TOKN=s3cret\n")  # a typo'd name
+    done = CliRunner().invoke(cli.app, ["serve", "--db", "mysql://db", "--port", "99999",
+                                        "--env-file", str(tmp_path / ".env")], env=env)
+    assert done.exit_code == 2, done.output
+    said = done.output
+    assert "FORESHOCK_SCORE_INTERVAL_S='inf': Input should be a finite number" in said
+    assert "FORESHOCK_MAINTENANCE_INTERVAL_S='nan'" in said
+    assert "FORESHOCK_PORT=99999: Input should be less than or equal to 65535" in said
+    assert "FORESHOCK_DB_URL='mysql://db'" in said and "sqlite:///path.db" in said
+    assert "FORESHOCK_ADMIN_TOKN: Extra inputs are not permitted" in said
+    assert "Traceback" not in said and "s3cret" not in said
