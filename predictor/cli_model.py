@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -144,9 +145,9 @@ def backtest(
     from predictor.signals_absent import missing
 
     console = Console(stderr=True, soft_wrap=True)
-    if every <= 0:
-        raise typer.BadParameter(f"the scoring period must be > 0 seconds, got {every}",
-                                 param_hint="'--every'")
+    if not 0 < every < math.inf:
+        raise typer.BadParameter(f"the scoring period must be > 0 seconds and finite, got "
+                                 f"{every}", param_hint="'--every'")
     output_file(alerts_out, "'--alerts-out'")
     if plot is not None:
         output_file(plot, "'--plot'")

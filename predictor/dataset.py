@@ -14,6 +14,7 @@ Healthy rows vastly outnumber the rest; a random share of them is kept and weigh
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,10 +58,13 @@ class LabelConfig:
     """Replay period in trace seconds."""
 
     def __post_init__(self) -> None:
-        if self.horizon_s <= 60:
-            raise ValueError(f"horizon_s={self.horizon_s} must be > 60")
+        # Written so that NaN fails each check, and infinity the two in seconds.
+        if not 60 < self.horizon_s < math.inf:
+            raise ValueError(f"horizon_s={self.horizon_s} must be a number of seconds > 60")
         if not 0 < self.keep_healthy <= 1:
             raise ValueError(f"keep_healthy={self.keep_healthy} must be in (0, 1]")
+        if not 0 < self.every_s < math.inf:
+            raise ValueError(f"every_s={self.every_s} must be a number of seconds > 0")
 
 
 def _time_to_failure(t: float, keys: pd.Series, fail_ts: np.ndarray, fail_keys: np.ndarray,

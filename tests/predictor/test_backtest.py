@@ -217,3 +217,15 @@ def test_cli_backtest_reads_past_values_no_sensor_reads(tmp_path: Path, cli: typ
         alerts[root.name] = pd.read_csv(out)
     assert len(alerts["clean"]) == 0
     pd.testing.assert_frame_equal(alerts["lossy"], alerts["clean"])
+
+
+@pytest.mark.parametrize("every", ["nan", "inf"])
+def test_cli_backtest_refuses_a_period_that_is_no_number_of_seconds(
+        tmp_path: Path, cli: typer.Typer, every: str) -> None:
+    root = tmp_path / "trace"
+    write_trace(root, make_trace(Spec(hours=1)))
+    res = CliRunner().invoke(cli, ["backtest", str(root), "--alerts-out", str(tmp_path / "a.csv"),
+                                   "--model", "rules", "--every", every])
+    assert res.exit_code == 2, res.output  # was a traceback: "arange: cannot compute length"
+    assert "'--every'" in res.output and every in res.output
+    assert not (tmp_path / "a.csv").exists()

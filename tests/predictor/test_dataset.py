@@ -67,3 +67,16 @@ def test_malformed_unlabelled_windows_are_refused_by_name(windows: object, named
         trace.meta, extra={**trace.meta.extra, "unlabelled": windows}))
     with pytest.raises(ValueError, match=f"unlabelled'{named}|unlabelled' must be .*{named}"):
         _rows(bad)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("horizon_s", float("nan")), ("horizon_s", float("inf")), ("horizon_s", 60.0),
+    ("every_s", float("nan")), ("every_s", float("inf")), ("every_s", 0.0),
+    ("keep_healthy", float("nan")),
+])
+def test_label_settings_that_are_no_number_of_seconds_are_refused_by_name(
+        field: str, value: float) -> None:
+    # Before, a NaN horizon was taken and then read "no trace had a failure to learn from", and
+    # an infinite period replayed one tick and wrote a model trained on it.
+    with pytest.raises(ValueError, match=f"{field}={value}"):
+        LabelConfig(**{field: value})
