@@ -15,6 +15,7 @@ Usage (after ``torch.distributed.init_process_group`` when distributed)::
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -107,12 +108,14 @@ class TelemetryHook:
         """False: `step()` only counts steps; nothing is measured or sent."""
 
         def __post_init__(self) -> None:
+            # Written so that NaN fails too: a NaN or infinite period would spin or never run.
             for name in ("export_interval_s", "export_timeout_s", "gpu_sample_interval_s"):
                 v = getattr(self, name)
-                if v is not None and v <= 0:
-                    raise ValueError(f"hook.{name}={v} must be > 0")
-            if self.probe_interval_s < 0:
-                raise ValueError(f"hook.probe_interval_s={self.probe_interval_s} must be >= 0")
+                if v is not None and not 0 < v < math.inf:
+                    raise ValueError(f"hook.{name}={v} must be > 0 seconds and finite")
+            if not 0 <= self.probe_interval_s < math.inf:
+                raise ValueError(f"hook.probe_interval_s={self.probe_interval_s} must be >= 0 "
+                                 "seconds and finite (0 disables probes)")
             if not 0 < self.probe_budget <= 1:
                 raise ValueError(f"hook.probe_budget={self.probe_budget} must be within (0, 1]")
             if self.probe_bytes < 8:

@@ -203,7 +203,9 @@ def test_step_callbacks_see_the_same_index_and_user_errors_propagate() -> None:
 @pytest.mark.parametrize(("field", "value"), [
     ("export_interval_s", 0), ("gpu_sample_interval_s", -1), ("probe_budget", 0),
     ("probe_interval_s", -5), ("probe_bytes", 1), ("profile_every_steps", -1), ("gpu", "cuda"),
-    ("job", ""),
+    ("job", ""), ("export_interval_s", float("nan")), ("export_timeout_s", float("inf")),
+    ("gpu_sample_interval_s", float("nan")), ("probe_interval_s", float("nan")),
+    ("probe_interval_s", float("inf")),
 ])
 def test_bad_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"hook.{field}"):
