@@ -10,10 +10,6 @@ from fastapi import HTTPException, Request, status
 from api.settings import Settings
 from collector.store import Store
 
-INT_MAX = 2**31 - 1
-"""Largest integer a query parameter may hold (a GPU index, a rank): the store's integer columns
-hold no more, and a larger one failed the query with a 500."""
-
 
 def get_settings(request: Request) -> Settings:
     return request.app.state.settings

@@ -10,8 +10,9 @@ from pydantic import BaseModel, Field
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import INT_MAX, get_store
+from api.deps import get_store
 from collector import query as q
+from collector.schema import MAX_INT
 from collector.store import Store
 
 router = APIRouter(prefix="/api/v1", tags=["queries"])
@@ -56,8 +57,8 @@ class EventInfo(BaseModel):
 def entity_filter(
     job: Annotated[str | None, Query(description="Only this job.")] = None,
     node: Annotated[str | None, Query(description="Only this node.")] = None,
-    rank: Annotated[int | None, Query(ge=0, le=INT_MAX, description="Only this rank.")] = None,
-    gpu: Annotated[int | None, Query(ge=0, le=INT_MAX, description="Only this GPU index.")
+    rank: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Only this rank.")] = None,
+    gpu: Annotated[int | None, Query(ge=0, le=MAX_INT, description="Only this GPU index.")
                    ] = None,
     peer: Annotated[str | None, Query(description="Only links to this peer node.")] = None,
 ) -> q.EntityFilter:

@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
-from api.deps import INT_MAX, get_store
+from api.deps import get_store
+from collector.schema import MAX_INT
 from collector.store import Store
 from predictor.risk_scores import history, latest
 
@@ -37,7 +38,7 @@ def risk_history(
     store: Annotated[Store, Depends(get_store)],
     job: Annotated[str | None, Query(description="Only this job.")] = None,
     node: Annotated[str | None, Query(description="Only this node.")] = None,
-    gpu: Annotated[int | None, Query(ge=0, le=INT_MAX,
+    gpu: Annotated[int | None, Query(ge=0, le=MAX_INT,
                                      description="Only this GPU index (needs node).")] = None,
     kind: Annotated[Kind | None, Query(description="Only gpu, link or node entities.")] = None,
     start: Annotated[float | None, Query(allow_inf_nan=False,

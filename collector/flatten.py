@@ -15,8 +15,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from collector.batch import GPU_INDEX, N_GPU, Batch, Entity, SeriesRef
+from collector.batch import GPU_INDEX, N_GPU, Batch, Entity, SeriesRef, series_key
 from collector.metrics import MAX_ABS_VALUE, XID
+from collector.schema import MAX_INT, METRIC_NAME_LEN, NAME_LEN, SERIES_KEY_LEN, UNIT_LEN
 
 _NO_RECORDED_VALUE = 1  # DataPointFlags.FLAG_NO_RECORDED_VALUE
 _STALE = b"no recorded value"  # memo marker of a point flagged FLAG_NO_RECORDED_VALUE
@@ -40,8 +41,11 @@ def _attr(kv: object) -> tuple[str, object]:
 
 def _str_attr(attrs: dict[str, object], key: str, metric: str) -> str | None:
     v = attrs.get(key)
-    if v is None or isinstance(v, str):
+    if v is None or (isinstance(v, str) and len(v) <= NAME_LEN):
         return v
+    if isinstance(v, str):
+        raise RejectedPoint(f"{metric}: attribute {key!r} is {len(v)} characters long; the "
+                            f"store keeps at most {NAME_LEN} ({v[:40]!r}...)")
     raise RejectedPoint(f"{metric}: attribute {key!r} must be a string, got {v!r}")
 
 
@@ -49,11 +53,12 @@ def _int_attr(attrs: dict[str, object], key: str, metric: str) -> int | None:
     v = attrs.get(key)
     if v is None:
         return None
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-        return v
     if isinstance(v, str) and v.isdigit():
-        return int(v)
-    raise RejectedPoint(f"{metric}: attribute {key!r} must be a non-negative integer, got {v!r}")
+        v = int(v)
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT:
+        return v
+    raise RejectedPoint(f"{metric}: attribute {key!r} must be a non-negative integer up to "
+                        f"{MAX_INT}, got {v!r}")
 
 
 class Flattener:
@@ -114,7 +119,14 @@ class Flattener:
         if family in ("gpu", "xid"):
             return ent
         attrs = json.dumps(extra, sort_keys=True, default=str) if extra else "{}"
-        return (ent, name, stat, kind, unit, attrs)
+        ref = (ent, name, stat, kind, unit, attrs)
+        if len(name) > METRIC_NAME_LEN or len(unit) > UNIT_LEN:
+            return (f"{name[:40]}: a metric name over {METRIC_NAME_LEN} characters or a unit "
+                    f"over {UNIT_LEN} ({unit[:40]!r}) is more than the store keeps")
+        if len(series_key(ref)) > SERIES_KEY_LEN:
+            return (f"{name}: the point's attributes ({attrs[:60]}...) name a series longer than "
+                    f"the store keeps ({SERIES_KEY_LEN} characters with its entity)")
+        return ref
 
     def position(self, ref: Entity | SeriesRef | str) -> int | str:
         if isinstance(ref, str):
@@ -179,6 +191,10 @@ class Flattener:
                     row = gpu[key2] = [None] * N_GPU
                 row[col] = float(value)
             elif family == "xid":
+                if not (0 <= value <= MAX_INT and value == int(value)):
+                    batch.reject(f"{name}: value {value:g} is not an XID code (a whole number "
+                                 "from 0)")
+                    continue
                 batch.events.add((pos, ts, "xid", int(value)))
             else:
                 out[(pos, ts)] = float(value)

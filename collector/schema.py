@@ -26,6 +26,14 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from collector.metrics import GPU_COLUMNS, GPU_METRICS
 
+NAME_LEN = 128
+"""Longest job, node, peer or GPU UUID the store keeps (OTLP points naming longer are refused)."""
+METRIC_NAME_LEN = 256
+UNIT_LEN = 32
+SERIES_KEY_LEN = 1024
+MAX_INT = 2**31 - 1
+"""Largest rank or GPU index the store's integer columns hold."""
+
 
 class Base(DeclarativeBase):
     """Declarative base shared by every table of the store."""
@@ -39,12 +47,12 @@ class Entity(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(512), unique=True)
     """``job|node|rank|gpu|peer`` with empty parts for what does not apply."""
-    job: Mapped[str] = mapped_column(String(128), index=True)
-    node: Mapped[str] = mapped_column(String(128))
+    job: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    node: Mapped[str] = mapped_column(String(NAME_LEN))
     rank: Mapped[int | None] = mapped_column(Integer)
     gpu: Mapped[int | None] = mapped_column(Integer)
-    gpu_uuid: Mapped[str | None] = mapped_column(String(128))
-    peer: Mapped[str | None] = mapped_column(String(128))
+    gpu_uuid: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    peer: Mapped[str | None] = mapped_column(String(NAME_LEN))
 
 
 FLOAT4_GPU_METRICS: tuple[str, ...] = (
@@ -95,17 +103,17 @@ class Series(Base):
     __tablename__ = "series"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(String(1024), unique=True)
+    key: Mapped[str] = mapped_column(String(SERIES_KEY_LEN), unique=True)
     """``entity key|name|stat|sorted attrs`` for deduplication."""
-    job: Mapped[str] = mapped_column(String(128), index=True)
-    name: Mapped[str] = mapped_column(String(256), index=True)
+    job: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    name: Mapped[str] = mapped_column(String(METRIC_NAME_LEN), index=True)
     entity_id: Mapped[int] = mapped_column(ForeignKey("entities.id"), index=True)
     stat: Mapped[str] = mapped_column(String(16), default="")
     """'' for gauges and sums; ``sum``, ``count``, ``min`` or ``max`` for histogram parts."""
     kind: Mapped[str] = mapped_column(String(16))
     """``gauge``, ``cumulative``, ``delta``, ``histogram`` (cumulative), ``delta_histogram``,
     ``summary``, or ``rollup`` for the per-column series of ``gpu_samples`` that rollups use."""
-    unit: Mapped[str] = mapped_column(String(32), default="")
+    unit: Mapped[str] = mapped_column(String(UNIT_LEN), default="")
     attrs: Mapped[str] = mapped_column(Text, default="{}")
     """JSON object of the point attributes that are not entity attributes (``op``, ``kernel``)."""
 

@@ -71,6 +71,42 @@ def test_bad_points_are_counted_in_partial_success_and_the_rest_stored(client: T
     assert _gpu_rows(client) == 1
 
 
+def test_points_the_store_cannot_hold_are_refused_one_by_one_and_the_rest_stored(
+        client: TestClient) -> None:
+    # On PostgreSQL each of these failed the whole request with a 500, losing the sound points
+    # beside it (a GPU index or rank past its integer column, a node or series key past its
+    # varchar); an XID of 79.5 was stored as 79 and one of -4 as -4.
+    now = time.time()
+    b = RequestBuilder(job="j", node="a").gauge("gpu.temperature", [
+        (now, 60.0, {"gpu": 0}), (now, 61.0, {"gpu": 2**40}),
+        (now, 62.0, {"gpu": 1, "node": "n" * 200})])
+    b.gauge("gpu.xid", [(now, 79.0, {"gpu": 0}), (now + 1, 79.5, {"gpu": 0}),
+                        (now + 2, -4.0, {"gpu": 0})])
+    b.gauge("train.step.duration", [(now, 1.0, {"rank": 0}), (now, 1.0, {"rank": 2**40})])
+    named = RequestBuilder(job="j", node="a").gauge(
+        "app.loss", [(now, 2.0, {"phase": "train"}), (now, 2.0, {"phase": "x" * 2000})])
+    named.gauge("m" * 300, [(now, 1.0, {})])
+    for request, rejected, reasons in [
+        (b, 5, ("attribute 'gpu' must be a non-negative integer up to 2147483647",
+                "attribute 'node' is 200 characters long; the store keeps at most 128",
+                "gpu.xid: value 79.5 is not an XID code", "value -4 is not an XID code",
+                "attribute 'rank' must be")),
+        (named, 2, ("name a series longer than the store keeps",
+                    "a metric name over 256 characters"))]:
+        r = client.post("/v1/metrics", content=request.request.SerializeToString(), headers=PB)
+        assert r.status_code == 200, r.text
+        partial = ExportMetricsServiceResponse.FromString(r.content).partial_success
+        assert partial.rejected_data_points == rejected, partial.error_message
+        for reason in reasons:
+            assert reason in partial.error_message, partial.error_message
+    trace = client.app.state.store.read_trace(job="j")  # type: ignore[attr-defined]
+    assert trace.gpu[["node", "gpu", "gpu.temperature"]].values.tolist() == [["a", 0, 60.0]]
+    assert trace.events["code"].tolist() == [79]
+    assert len(trace.node) == 1
+    loss = client.get("/api/v1/series", params={"metric": "app.loss"}).json()
+    assert [s["labels"].get("phase") for s in loss] == ["train"]
+
+
 @pytest.mark.parametrize(("body", "headers", "status", "message"), [
     (b"\x0a\xff\xff", PB, 400, "malformed OTLP protobuf"),
     (b"{oops", JS, 400, "malformed OTLP JSON"),
