@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import get_store
 from collector import query as q
-from collector.schema import MAX_INT
+from collector.metrics import MAX_INT
 from collector.store import Store
 
 router = APIRouter(prefix="/api/v1", tags=["queries"])

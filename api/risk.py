@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
 from api.deps import get_store
-from collector.schema import MAX_INT
+from collector.metrics import MAX_INT
 from collector.store import Store
 from predictor.risk_scores import history, latest
 

@@ -93,6 +93,9 @@ def import_trace(
             task = progress.add_task(f"{trace_dir} -> job {job}", total=total)
             written = store.write_trace(trace, job=job,
                                         progress=lambda n: progress.advance(task, n))
+    except ValueError as exc:  # a name the store cannot hold, refused before any write
+        console.print(f"[red]error:[/red] {trace_dir}: {exc}", highlight=False)
+        raise typer.Exit(2) from exc
     finally:
         store.close()
     console.print(f"imported {written} points into job {job!r}")

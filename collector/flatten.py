@@ -16,8 +16,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from collector.batch import GPU_INDEX, N_GPU, Batch, Entity, SeriesRef, series_key
-from collector.metrics import MAX_ABS_VALUE, XID
-from collector.schema import MAX_INT, METRIC_NAME_LEN, NAME_LEN, SERIES_KEY_LEN, UNIT_LEN
+from collector.metrics import MAX_ABS_VALUE, MAX_INT, XID
+from collector.schema import METRIC_NAME_LEN, NAME_LEN, SERIES_KEY_LEN, UNIT_LEN
 
 _NO_RECORDED_VALUE = 1  # DataPointFlags.FLAG_NO_RECORDED_VALUE
 _STALE = b"no recorded value"  # memo marker of a point flagged FLAG_NO_RECORDED_VALUE

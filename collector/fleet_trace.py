@@ -16,6 +16,7 @@ from collector.metrics import (
     GPU_COLUMNS,
     LINK_TRACE_METRICS,
     MAX_ABS_VALUE,
+    MAX_INT,
     NODE_TRACE_METRICS,
 )
 
@@ -160,8 +161,9 @@ def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFr
         g = df["gpu"].to_numpy(dtype=np.float64)
         # -1 (or any negative) means "no GPU" where the format lets a row name none.
         none_ok = file != "gpu.csv.gz"
-        whole = np.isnan(g) | (np.isfinite(g) & (g == np.round(g)) & ((g >= 0) | none_ok))
-        _refuse(path, df, "gpu", ~whole, "is not a GPU index (a whole number from 0"
+        whole = np.isnan(g) | (np.isfinite(g) & (g <= MAX_INT) & (g == np.round(g))
+                               & ((g >= 0) | none_ok))
+        _refuse(path, df, "gpu", ~whole, f"is not a GPU index (a whole number from 0 to {MAX_INT}"
                 + ("; empty for none)" if none_ok else ")"))
         df["gpu"] = df["gpu"].fillna(-1).astype("int64")
     if "code" in df.columns:

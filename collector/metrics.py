@@ -9,6 +9,8 @@ MAX_ABS_VALUE = 3.4e38
 """Largest magnitude a stored value may have, from OTLP or a fleet trace: no telemetry comes near
 it, and PostgreSQL keeps the bounded GPU gauges as float4, which would turn a larger value into
 infinity."""
+MAX_INT = 2**31 - 1
+"""Largest rank or GPU index the store's integer columns hold (a GPU index at all, in practice)."""
 
 Kind = Literal["gauge", "cumulative", "event", "histogram", "counter"]
 Family = Literal["gpu", "train", "net", "foreshock"]

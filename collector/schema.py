@@ -31,8 +31,6 @@ NAME_LEN = 128
 METRIC_NAME_LEN = 256
 UNIT_LEN = 32
 SERIES_KEY_LEN = 1024
-MAX_INT = 2**31 - 1
-"""Largest rank or GPU index the store's integer columns hold."""
 
 
 class Base(DeclarativeBase):

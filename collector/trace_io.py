@@ -21,6 +21,7 @@ from collector.compact import points_join
 from collector.fleet_trace import FleetTrace, TraceMeta, empty_frame
 from collector.metrics import CANONICAL, GPU_METRICS, LINK_TRACE_METRICS, NODE_TRACE_METRICS
 from collector.otlp import GPU_INDEX, N_GPU, Batch, Entity
+from collector.schema import NAME_LEN
 
 if TYPE_CHECKING:
     from collector.store import Store
@@ -286,9 +287,26 @@ def trace_batches(trace: FleetTrace, *, job: str) -> list[Batch]:
     ]
 
 
+def _check_names(trace: FleetTrace, job: str) -> None:
+    """Refuse, before anything is written, a job or node name longer than the store keeps."""
+    names = {*trace.meta.nodes, *trace.gpu["node"].unique(), *trace.node["node"].unique(),
+             *trace.links["src"].unique(), *trace.links["dst"].unique(),
+             *trace.events["node"].unique()}
+    long = sorted((n for n in names if len(n) > NAME_LEN), key=len)
+    if len(job) > NAME_LEN:
+        raise ValueError(f"job name {job[:40]!r}... is {len(job)} characters long; the store "
+                         f"keeps at most {NAME_LEN} (give a shorter --job)")
+    if long:
+        raise ValueError(f"node name {long[0][:40]!r}... is {len(long[0])} characters long "
+                         f"({len(long)} such node(s)); the store keeps at most {NAME_LEN}: "
+                         "shorten the names in the trace before importing it")
+
+
 def write_store_trace(store: Store, trace: FleetTrace, *, job: str,
                       progress: Callable[[int], None] | None = None) -> int:
-    """Write every frame of ``trace`` as data of ``job``; returns the points written."""
+    """Write every frame of ``trace`` as data of ``job``; returns the points written. A name
+    the store cannot hold is refused (ValueError) before anything is written."""
+    _check_names(trace, job)
     written = 0
     for batch in trace_batches(trace, job=job):
         written += store.write(batch).accepted

@@ -150,3 +150,27 @@ def test_import_keeps_values_no_sensor_reads_out_of_the_store(store_url: str,
     finally:
         store.close()
     assert temps.isna().sum() == 2 and temps.abs().max() < 100
+
+
+def test_import_refuses_names_the_store_cannot_hold_before_writing_any(store_url: str,
+                                                                       tmp_path: Path) -> None:
+    # On PostgreSQL a 200-character node name failed the import part way with a SQLAlchemy
+    # traceback; SQLite stored it. Both now refuse it by name, with nothing written.
+    long = "rack7-" + "x" * 194
+    trace = small_trace(nodes=("n0", long))
+    write_trace(tmp_path / "src", trace)
+    runner = CliRunner()
+    done = runner.invoke(_app(), ["import", str(tmp_path / "src"), "--db", store_url,
+                                  "--job", "j"])
+    assert done.exit_code == 2, done.output
+    said = " ".join(done.output.split())
+    assert "node name 'rack7-xxxx" in said and "is 200 characters long" in said
+    assert "at most 128" in said and "Traceback" not in said
+    done = runner.invoke(_app(), ["import", str(tmp_path / "src"), "--db", store_url,
+                                  "--job", "j" * 129])
+    assert done.exit_code == 2 and "give a shorter --job" in " ".join(done.output.split())
+    store = Store.open(store_url)
+    try:
+        assert len(store.read_trace().gpu) == 0 and len(store.read_trace().events) == 0
+    finally:
+        store.close()

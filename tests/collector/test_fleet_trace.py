@@ -128,10 +128,12 @@ def test_values_no_sensor_reads_are_read_as_missing_and_named(
 @pytest.mark.parametrize(("file", "line", "col", "value", "says"), [
     ("gpu.csv.gz", 4, "ts", "inf", "column 'ts' has inf on line 4, which is not a finite time"),
     ("gpu.csv.gz", 3, "gpu", "0.5", "column 'gpu' has 0.5 on line 3, which is not a GPU index "
-                                    "(a whole number from 0)"),
+                                    "(a whole number from 0 to 2147483647)"),
     ("gpu.csv.gz", 3, "gpu", "-1", "column 'gpu' has -1 on line 3"),
+    ("gpu.csv.gz", 3, "gpu", str(2**31), "column 'gpu' has 2.14748e+09 on line 3"),
     ("events.csv", 2, "gpu", "inf", "column 'gpu' has inf on line 2, which is not a GPU index "
-                                    "(a whole number from 0; empty for none)"),
+                                    "(a whole number from 0 to 2147483647; empty for none)"),
+    ("events.csv", 2, "gpu", "-inf", "column 'gpu' has -inf on line 2"),
     ("events.csv", 3, "code", "79.5", "column 'code' has 79.5 on line 3, which is not an XID "
                                       "code"),
 ])
