@@ -91,7 +91,9 @@ class SilenceIn(BaseModel):
     """Mute alerts whose labels equal all ``matchers`` from ``starts_at`` (default now) until
     ``ends_at`` or for ``duration_s``."""
 
-    model_config = ConfigDict(extra="forbid")
+    # JSON bodies may say NaN or Infinity: NaN failed with a 500, Infinity muted for ever and
+    # read back as null.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     matchers: dict[str, str] = Field(min_length=1)
     starts_at: float | None = None
     ends_at: float | None = None

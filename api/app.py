@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import httpx
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 
 from api import (
     alerts,
@@ -51,6 +55,17 @@ async def _run_loops_when_leader(app: FastAPI) -> None:
         lease.release()
 
 
+def _as_json(value: Any) -> Any:
+    """``value`` with every float JSON cannot hold (NaN, +-inf) replaced by its text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _as_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_json(v) for v in value]
+    return value
+
+
 def create_app(settings: Settings | None = None, *, store: Store | None = None) -> FastAPI:
     """Build the service. ``store`` lets a caller (a test, the demo) hand over an open store."""
     settings = settings or Settings()
@@ -81,6 +96,13 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     app.state.settings = settings
     for module in (ingest, queries, risk, alerts, subscriptions, decisions, prom):
         app.include_router(module.router)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """FastAPI's 422, with a NaN or infinite input it echoes written as text: JSON has no
+        such number, and echoing one (a body saying NaN) failed the answer with a 500."""
+        return JSONResponse(status_code=422,
+                            content={"detail": _as_json(jsonable_encoder(exc.errors()))})
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, str]:

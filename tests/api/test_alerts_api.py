@@ -103,3 +103,22 @@ def test_admin_endpoints_are_off_without_an_admin_token(sqlite_url: str) -> None
         assert response.status_code == 403
         assert "FORESHOCK_ADMIN_TOKEN" in response.json()["detail"]
         assert client.get("/api/v1/alerts").status_code == 200
+
+
+def test_silences_refuse_times_that_are_no_number_and_say_so(service) -> None:
+    # JSON bodies may carry NaN and Infinity. A NaN end failed with a 500 (the 422 that echoed
+    # it could not be written as JSON); an infinite duration muted the node for ever and read
+    # back as an end of null.
+    client, _ = service
+    for field, body in [
+        ("ends_at", '{"matchers": {"node": "a"}, "ends_at": NaN, "created_by": "bob"}'),
+        ("duration_s", '{"matchers": {"node": "a"}, "duration_s": Infinity, "created_by": "b"}'),
+        ("starts_at", '{"matchers": {"node": "a"}, "starts_at": -Infinity, "duration_s": 60, '
+                      '"created_by": "bob"}'),
+    ]:
+        r = client.post("/api/v1/silences", content=body,
+                        headers={**ADMIN_HEADERS, "content-type": "application/json"})
+        assert r.status_code == 422, (field, r.text)
+        [error] = r.json()["detail"]
+        assert error["loc"] == ["body", field] and "finite" in error["msg"], r.text
+    assert client.get("/api/v1/silences", headers=ADMIN_HEADERS).json() == []
