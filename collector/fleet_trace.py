@@ -179,7 +179,7 @@ def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFr
         if bad.any():
             first = int(bad.argmax())
             log.warning("%s: column %r has %d value(s) that are not finite or beyond +-%g (the "
-                        "first %g on line %d); read as missing", path, col, int(bad.sum()),
+                        "first %.15g on line %d); read as missing", path, col, int(bad.sum()),
                         MAX_ABS_VALUE, v[first], int(df.index[first]) + 2)
             df.loc[bad, col] = np.nan
     if meta is not None:
@@ -198,9 +198,9 @@ def _near(path: Path, df: pd.DataFrame, meta: TraceMeta) -> pd.DataFrame:
         return df
     first = int(far.argmax())
     ts, line = float(df["ts"].iloc[first]), int(df.index[first]) + 2
-    said = (f"the first {ts:g} on line {line}{_utc(ts)}, against meta.json's start {meta.start:g}"
-            f"{_utc(meta.start)}; fleet-trace times are Unix seconds, and milliseconds read 1,000 "
-            "times larger")
+    said = (f"the first {ts:.15g} on line {line}{_utc(ts)}, against meta.json's start "
+            f"{meta.start:.15g}{_utc(meta.start)}; fleet-trace times are Unix seconds, and "
+            "milliseconds read 1,000 times larger")
     if far.all() and path.name.startswith("gpu.csv"):
         raise TraceFormatError(path, f"no row's ts lies within a day or the trace's length of "
                                      f"meta.json's start..end ({said})")
@@ -223,7 +223,7 @@ def _refuse(path: Path, df: pd.DataFrame, col: str, bad: pd.Series | np.ndarray,
     bad = np.asarray(bad, dtype=bool)
     if bad.any():
         first = int(bad.argmax())
-        raise TraceFormatError(path, f"column {col!r} has {df[col].iloc[first]:g} on line "
+        raise TraceFormatError(path, f"column {col!r} has {df[col].iloc[first]:.15g} on line "
                                      f"{int(df.index[first]) + 2}, which {what}")
 
 
