@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 from pydantic import BaseModel, Field
-from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import get_store
@@ -136,10 +135,4 @@ async def events(
 @router.get("/jobs", response_model=list[str])
 async def jobs(store: StoreDep) -> list[str]:
     """Jobs the store has data for."""
-
-    def _jobs() -> list[str]:
-        with store.engine.connect() as conn:
-            return [j for (j,) in conn.execute(text("SELECT DISTINCT job FROM entities "
-                                                    "ORDER BY job"))]
-
-    return await run_in_threadpool(_jobs)
+    return await run_in_threadpool(store.jobs)

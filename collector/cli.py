@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -32,11 +33,18 @@ def export_trace(
     from collector.trace_io import unlogged_jobs
 
     console = Console(stderr=True, soft_wrap=True)
+    for given, option in ((start, "--from"), (end, "--to")):
+        if given is not None and not math.isfinite(given):
+            raise typer.BadParameter(f"{option} {given} is no time: give Unix seconds",
+                                     param_hint=option)
     if start is not None and end is not None and end < start:
         raise typer.BadParameter(f"--to {end} is before --from {start}", param_hint="--to")
-    output_dir(trace_dir, "TRACE_DIR")
     store = Store.open(db)
     try:
+        if job is not None and job not in (jobs := store.jobs()):
+            raise typer.BadParameter(f"the store has no data of job {job!r}; its jobs: "
+                                     f"{', '.join(jobs) or 'none'}", param_hint="--job")
+        output_dir(trace_dir, "TRACE_DIR")
         with console.status(f"reading {db} ..."):
             trace = store.read_trace(job=job, start=start, end=end)
             unlogged = (unlogged_jobs(store, start=start, end=end)

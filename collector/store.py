@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.writer import Writer, WriteResult
@@ -73,6 +73,12 @@ class Store:
     def write(self, batch: Batch, *, max_series_per_job: int | None = None) -> WriteResult:
         """Store a flattened OTLP batch; committed (durable) when this returns."""
         return self.writer.write(batch, max_series_per_job=max_series_per_job)
+
+    def jobs(self) -> list[str]:
+        """The jobs the store has data for, in order."""
+        with self.engine.connect() as conn:
+            return [j for (j,) in conn.execute(text("SELECT DISTINCT job FROM entities "
+                                                    "ORDER BY job"))]
 
     def read_trace(self, *, job: str | None = None, start: float | None = None,
                    end: float | None = None) -> FleetTrace:

@@ -174,3 +174,21 @@ def test_import_refuses_names_the_store_cannot_hold_before_writing_any(store_url
         assert len(store.read_trace().gpu) == 0 and len(store.read_trace().events) == 0
     finally:
         store.close()
+
+
+def test_export_refuses_a_time_that_is_no_number_and_a_job_the_store_lacks(
+        sqlite_url: str, tmp_path: Path) -> None:
+    # Both used to write an empty trace without a word: --from nan compared false with every
+    # row, and a misspelt --job matched none.
+    write_trace(tmp_path / "src", small_trace())
+    runner = CliRunner()
+    assert runner.invoke(_app(), ["import", str(tmp_path / "src"), "--db", sqlite_url,
+                                  "--job", "pretrain"]).exit_code == 0
+    for args, says in [(["--from", "nan"], "--from nan is no time"),
+                       (["--to", "inf"], "--to inf is no time"),
+                       (["--job", "pretrian"], "no data of job 'pretrian'; its jobs: pretrain")]:
+        out = tmp_path / "out"
+        done = runner.invoke(_app(), ["export", str(out), "--db", sqlite_url, *args])
+        assert done.exit_code == 2, done.output
+        assert says in " ".join(done.output.replace("│", " ").split()), done.output
+        assert not out.exists()
