@@ -39,12 +39,15 @@ def export_trace(
                                      param_hint=option)
     if start is not None and end is not None and end < start:
         raise typer.BadParameter(f"--to {end} is before --from {start}", param_hint="--to")
+    made = not trace_dir.exists()
+    output_dir(trace_dir, "TRACE_DIR")  # before the store: a bad folder costs no store read
     store = Store.open(db)
     try:
         if job is not None and job not in (jobs := store.jobs()):
+            if made:
+                trace_dir.rmdir()
             raise typer.BadParameter(f"the store has no data of job {job!r}; its jobs: "
                                      f"{', '.join(jobs) or 'none'}", param_hint="--job")
-        output_dir(trace_dir, "TRACE_DIR")
         with console.status(f"reading {db} ..."):
             trace = store.read_trace(job=job, start=start, end=end)
             unlogged = (unlogged_jobs(store, start=start, end=end)
