@@ -79,6 +79,10 @@ class DemoConfig:
                              "must be > 0")
         if not 0 < self.develop_s < self.fail_after_s:
             raise ValueError(f"demo.develop_s={self.develop_s} must be in (0, fail_after_s)")
+        for name in ("fail_after_s", "timeout_s"):  # inf: no failure to foresee, no end
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"demo.{name}={getattr(self, name)} must be a finite number of "
+                                 "seconds")
         if self.kind not in KINDS:
             raise ValueError(f"demo.kind={self.kind!r} must be one of {', '.join(KINDS)}")
         if not 0 <= self.gpu < self.gpus_per_node:

@@ -77,3 +77,14 @@ def test_demo_refuses_a_scenario_that_cannot_work() -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode != 0
     assert "--nodes" in proc.stderr
+
+
+@pytest.mark.parametrize("option", ["--fail-after", "--timeout"])
+def test_demo_refuses_an_infinite_time(option: str) -> None:
+    # --fail-after inf ended in a traceback (OverflowError) and --timeout inf ran for ever.
+    proc = subprocess.run([sys.executable, "-m", "api", "demo", option, "inf"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    name = {"--fail-after": "fail_after_s", "--timeout": "timeout_s"}[option]
+    assert f"demo.{name}=inf must be a finite number" in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
