@@ -6,6 +6,7 @@ on with one tiny broadcast, so no rank blocks on HTTP and no rank acts alone.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 from dataclasses import dataclass
@@ -39,8 +40,10 @@ class DecisionConfig:
     def __post_init__(self) -> None:
         if not self.endpoint.startswith(("http://", "https://")):
             raise ValueError(f"decisions.endpoint={self.endpoint!r} must be an http(s) URL")
-        if self.poll_interval_s <= 0:
-            raise ValueError(f"decisions.poll_interval_s={self.poll_interval_s} must be > 0")
+        for name in ("poll_interval_s", "timeout_s"):  # NaN: wait(nan) returns at once, a spin
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"decisions.{name}={getattr(self, name)} must be > 0 seconds "
+                                 "and finite")
         if self.agree_every_steps < 1:
             raise ValueError(f"decisions.agree_every_steps={self.agree_every_steps} must be >= 1")
 
@@ -62,6 +65,16 @@ class OpenDecision:
     node: str
     state: str
     step: int | None
+
+
+def _open_decision(d: dict[str, object]) -> OpenDecision:
+    """One decision of the service's answer, or TypeError: an id that is no int64 would raise in
+    the training thread, where every rank broadcasts it."""
+    did, node, state, step = d["id"], d["node"], d["state"], d.get("step")
+    if not (type(did) is int and 0 < did < 2**63 and isinstance(node, str) and node
+            and isinstance(state, str) and (step is None or type(step) is int)):
+        raise TypeError(f"a decision that is not one: {d!r}"[:200])
+    return OpenDecision(id=did, node=node, state=state, step=step)
 
 
 class DecisionPoller:
@@ -140,8 +153,7 @@ class DecisionPoller:
         try:
             r = http.get(self._url(""), params=params)
             r.raise_for_status()
-            decisions = [OpenDecision(id=d["id"], node=d["node"], state=d["state"],
-                                      step=d.get("step")) for d in r.json()["decisions"]]
+            decisions = [_open_decision(d) for d in r.json()["decisions"]]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             self._warn(f"decision poll failed: {exc}")
             return
