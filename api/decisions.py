@@ -201,7 +201,9 @@ def list_decisions(
 def _run_drain_command(store: Store, decision: DecisionOut, command: str,
                        timeout_s: float) -> None:
     """Run the scheduler's drain command and note its outcome on the decision."""
-    argv = shlex.split(command.format(node=decision.node, job=decision.job))
+    # Split the template, then fill each argument: a node name is one argument, whatever its
+    # spaces or quotes (filled first, "n1 n2" drained two nodes, and a quote stopped the split).
+    argv = [part.format(node=decision.node, job=decision.job) for part in shlex.split(command)]
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
         output = (proc.stdout + proc.stderr).decode(errors="replace")[-300:].strip()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -92,6 +93,19 @@ class Settings(BaseSettings):
         "State=DRAIN Reason=foreshock'; {node} and {job} are filled in.")
     drain_command_timeout_s: float = Field(
         30.0, gt=0, description="The drain command is killed after this long.")
+
+    @field_validator("drain_command")
+    @classmethod
+    def _fillable(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None  # blank: no command (a bare FORESHOCK_DRAIN_COMMAND= in a .env file)
+        try:
+            for part in shlex.split(v):
+                part.format(node="n", job="j")
+        except (ValueError, KeyError, IndexError) as exc:  # a lone quote, {rack}, {0}
+            raise ValueError(f"drain_command={v!r} cannot be run: {exc!r}; give a command whose "
+                             "only fields are {node} and {job}") from exc
+        return v
 
     @field_validator("db_url")
     @classmethod

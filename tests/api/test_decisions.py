@@ -274,6 +274,34 @@ def test_done_runs_the_scheduler_drain_command(store: Store, sqlite_url: str,
         assert "drain command" in reason and "exited 0" in reason
 
 
+def test_the_drain_command_gets_a_node_name_as_one_argument_whatever_it_holds(
+        store: Store, sqlite_url: str, tmp_path: Path) -> None:
+    # The name was put into the command before it was split: "rack 1/node b" became two
+    # arguments (scontrol would drain two nodes), and a quote in it stopped the split, so the
+    # command never ran.
+    node = "rack 1/node b'x"
+    _steps(store, job=JOB, nodes=["node-a", node], ts=time.time())
+    _alert(store, node=node)
+    out = tmp_path / "drained.txt"
+    command = (f"{sys.executable} -c \"import sys; open(sys.argv[1], 'w').write('|'.join("
+               f"sys.argv[2:]))\" {out} {{node}} job={{job}}")
+    for client in _client(store, sqlite_url, drain_command=command):
+        did = _poll(client)["decisions"][0]["id"]
+        client.post(f"/api/v1/jobs/{JOB}/decisions/{did}/done", headers=INGEST, json={"step": 3})
+        assert out.read_text() == f"{node}|job={JOB}"
+
+
+@pytest.mark.parametrize(("command", "says"), [
+    ("scontrol update NodeName='{node}", "No closing quotation"),
+    ("scontrol update NodeName={node} Partition={rack}", "KeyError('rack')"),
+])
+def test_a_drain_command_that_cannot_be_filled_in_is_refused_at_start(command: str,
+                                                                       says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        Settings(drain_command=command)
+    assert Settings(drain_command="  ").drain_command is None  # blank: no command
+
+
 @pytest.mark.parametrize(("field", "value", "says"), [
     ("risk_threshold", 1.5, "policy.risk_threshold=1.5 must be within [0, 1]"),
     ("min_lead_s", -1.0, "policy.min_lead_s=-1.0 must be >= 0"),
