@@ -7,7 +7,7 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from fastapi import FastAPI, Request
@@ -30,6 +30,9 @@ from api import (
 from api.loop_lease import LoopLease
 from api.settings import Settings
 from collector.store import Store
+
+if TYPE_CHECKING:
+    from predictor.scorer import Model
 
 log = logging.getLogger("foreshock")
 
@@ -66,8 +69,11 @@ def _as_json(value: Any) -> Any:
     return value
 
 
-def create_app(settings: Settings | None = None, *, store: Store | None = None) -> FastAPI:
-    """Build the service. ``store`` lets a caller (a test, the demo) hand over an open store."""
+def create_app(settings: Settings | None = None, *, store: Store | None = None,
+               model: Model | None = None) -> FastAPI:
+    """Build the service. ``store`` lets a caller (a test, the demo) hand over an open store,
+    ``model`` a model already loaded (``foreshock serve`` loads a user's model first, to refuse a
+    bad file before serving)."""
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
@@ -94,6 +100,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.model = model
     for module in (ingest, queries, risk, alerts, subscriptions, decisions, prom):
         app.include_router(module.router)
 

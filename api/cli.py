@@ -60,6 +60,16 @@ def serve(
         typer.echo(f"error: bad settings (the environment, --env-file, --db, --host or --port):"
                    f"\n{settings_error(exc)}", err=True)
         raise typer.Exit(2) from exc
+    model = None
+    if settings.model_path is not None:  # a user's model: refused now, not a scoring loop off
+        from predictor.model import ModelFormatError
+        from predictor.scorer import load_model
+
+        try:
+            model = load_model(settings.model_path)
+        except ModelFormatError as exc:
+            typer.echo(f"error: FORESHOCK_MODEL_PATH: {exc}", err=True)
+            raise typer.Exit(2) from exc
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if workers > 1:
@@ -76,7 +86,7 @@ def serve(
                     port=settings.port, log_level=log_level, access_log=False)
         return
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, model=model),
         host=settings.host,
         port=settings.port,
         log_level=log_level,

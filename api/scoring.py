@@ -113,7 +113,7 @@ async def run(app: FastAPI) -> None:
     """Runs for the service's lifetime; logs and carries on after its own errors."""
     settings = app.state.settings
     try:
-        model = load_model(settings.model_path)
+        model = app.state.model if app.state.model is not None else load_model(settings.model_path)
     except Exception:  # a bad model file must not take the rest of the service down
         log.exception("cannot load model %s; scoring is off", settings.model_path)
         return

@@ -136,3 +136,27 @@ def test_serve_refuses_bad_settings_by_their_names_and_never_starts(
     assert "FORESHOCK_DB_URL='mysql://db'" in said and "sqlite:///path.db" in said
     assert "FORESHOCK_ADMIN_TOKN: Extra inputs are not permitted" in said
     assert "Traceback" not in said and "s3cret" not in said
+
+
+def test_serve_refuses_a_model_file_it_cannot_read_and_scores_with_the_one_it_loaded(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A bad FORESHOCK_MODEL_PATH used to start the service with scoring off, said only in a
+    # logged traceback; the model is now loaded before serving, and that very model scores.
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from api import cli
+
+    served: list[object] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(app))
+    (tmp_path / "bad.skops").write_text("not a model")
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    done = CliRunner().invoke(cli.app, ["serve", "--db", db],
+                              env={"FORESHOCK_MODEL_PATH": str(tmp_path / "bad.skops")})
+    assert done.exit_code == 2 and not served, done.output
+    said = " ".join(done.output.split())
+    assert "FORESHOCK_MODEL_PATH" in said and "not a readable skops model" in said
+    done = CliRunner().invoke(cli.app, ["serve", "--db", db], env={"FORESHOCK_MODEL_PATH": "rules"})
+    assert done.exit_code == 0, done.output
+    [app] = served
+    assert app.state.model.version.startswith("rules")  # type: ignore[attr-defined]
