@@ -325,10 +325,11 @@ def goodput_cmd(
              "GPUs for that long, and one whose alert still stands then drains again.")]
     = _COSTS.false_drain_out_s,
     failure_rate: Annotated[float | None, typer.Option(
-        min=0, help="Scale what failures cost to this many failures per 1,000 node-days (real "
-                    "fleets: 2-7; StepFun's trace 4.2), at the same recall and leads, for a "
-                    "synthetic trace whose rate was raised; false alarms stay as they were. "
-                    "Default: the trace's own rate.")] = None,
+        min=0, max=1000,
+        help="Scale what failures cost to this many failures per 1,000 node-days (real "
+             "fleets: 2-7; StepFun's trace 4.2; at most one a node a day), at the same recall "
+             "and leads, for a synthetic trace whose rate was raised; false alarms stay as "
+             "they were. Default: the trace's own rate.")] = None,
     drain_at: Annotated[float, typer.Option(
         min=0, max=1, help="An alert drains its node once its risk reaches this, as in the "
                            "service; an episode that never does only alerts, and saves and "

@@ -293,6 +293,9 @@ def test_cli_names_what_is_wrong_with_its_input(app: typer.Typer, tmp_path: Path
     bad = runner.invoke(app, ["goodput", str(tmp_path / "trace"), "--alerts",
                               str(tmp_path / "a.csv"), "--drain", "-5"])
     assert bad.exit_code == 2 and "drain_s=-5" in " ".join(bad.output.split())
+    endless = runner.invoke(app, ["goodput", str(tmp_path / "trace"), "--alerts",
+                                  str(tmp_path / "a.csv"), "--failure-rate", "inf"])
+    assert endless.exit_code == 2 and "--failure-rate" in endless.output  # was goodput nan%
     unlabelled = tmp_path / "unlabelled"
     write_trace(unlabelled, dataclasses.replace(trace, failures=None))
     no_truth = runner.invoke(app, ["goodput", str(unlabelled), "--alerts",
