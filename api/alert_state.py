@@ -19,7 +19,7 @@ from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from api import outbox
-from collector.schema import Base
+from collector.schema import NAME_LEN, Base
 
 AlertKind = Literal["gpu", "link", "node"]
 KINDS: tuple[str, ...] = ("gpu", "link", "node")
@@ -61,10 +61,10 @@ class Alert(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     fingerprint: Mapped[str] = mapped_column(String(32), unique=True)
-    job: Mapped[str] = mapped_column(String(128), index=True)
-    node: Mapped[str] = mapped_column(String(128), index=True)
+    job: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
+    node: Mapped[str] = mapped_column(String(NAME_LEN), index=True)
     gpu: Mapped[int | None] = mapped_column(Integer)
-    peer: Mapped[str | None] = mapped_column(String(128))
+    peer: Mapped[str | None] = mapped_column(String(NAME_LEN))
     kind: Mapped[str] = mapped_column(String(8))
     state: Mapped[str] = mapped_column(String(16), index=True)
     severity: Mapped[str] = mapped_column(String(16))

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from api.alert_state import Alert, firing_alerts
 from collector.compact import points_join
-from collector.schema import Base
+from collector.schema import NAME_LEN, Base
 
 DecisionState = Literal["pending", "acknowledged", "done", "failed", "cancelled", "repaired"]
 STATES: tuple[str, ...] = ("pending", "acknowledged", "done", "failed", "cancelled", "repaired")
@@ -45,8 +45,8 @@ class Decision(Base):
     __tablename__ = "decisions"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    job: Mapped[str] = mapped_column(String(128))
-    node: Mapped[str] = mapped_column(String(128))
+    job: Mapped[str] = mapped_column(String(NAME_LEN))
+    node: Mapped[str] = mapped_column(String(NAME_LEN))
     alert_id: Mapped[int | None] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16))
     action: Mapped[str] = mapped_column(String(32), default=ACTION)

@@ -27,7 +27,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from collector.metrics import GPU_COLUMNS, GPU_METRICS
 
 NAME_LEN = 128
-"""Longest job, node, peer or GPU UUID the store keeps (OTLP points naming longer are refused)."""
+"""Longest job, node, peer or GPU UUID the store keeps, in every table that names one (OTLP
+points and imported traces naming longer are refused)."""
 METRIC_NAME_LEN = 256
 UNIT_LEN = 32
 SERIES_KEY_LEN = 1024
@@ -205,7 +206,7 @@ class JobRecord(Base):
 
     __tablename__ = "jobs"
 
-    job: Mapped[str] = mapped_column(String(128), primary_key=True)
+    job: Mapped[str] = mapped_column(String(NAME_LEN), primary_key=True)
     events_exported: Mapped[bool] = mapped_column(Boolean)
     through: Mapped[float] = mapped_column(Float)
     """End of the last trace loaded into the job (Unix s). The mark covers data up to it: data

@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, Session, mapped_column
 from sqlalchemy.sql.elements import ColumnElement
 
-from collector.schema import Base
+from collector.schema import NAME_LEN, Base
 
 
 class RiskScore(Base):
@@ -33,10 +33,10 @@ class RiskScore(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     ts: Mapped[float] = mapped_column(Float)
-    job: Mapped[str] = mapped_column(String(128))
-    node: Mapped[str] = mapped_column(String(128))
+    job: Mapped[str] = mapped_column(String(NAME_LEN))
+    node: Mapped[str] = mapped_column(String(NAME_LEN))
     gpu: Mapped[int | None] = mapped_column(Integer)
-    peer: Mapped[str | None] = mapped_column(String(128))
+    peer: Mapped[str | None] = mapped_column(String(NAME_LEN))
     kind: Mapped[str] = mapped_column(String(8))
     """``gpu``, ``link`` or ``node``."""
     risk: Mapped[float] = mapped_column(Float)
