@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import time
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +43,20 @@ class CheckpointConfig:
     """Periodic saves write in a background thread after a quick copy to CPU memory."""
     keep: int = 3
     """Complete checkpoints kept; older ones are deleted."""
+    timeout_s: float = 600.0
+    """Longest any rank waits on another within a save or load (the collective timeout of the
+    checkpoint's gloo group). A rank that died or stopped answering mid-save fails the save on
+    the others after this long instead of torch's 30 minutes, so that torchrun restarts the job
+    from the newest complete checkpoint. Leave room for the slowest rank's write."""
 
     def __post_init__(self) -> None:
         if self.every_steps < 0:
             raise ValueError(f"checkpoint.every_steps={self.every_steps} must be >= 0")
         if self.keep < 1:
             raise ValueError(f"checkpoint.keep={self.keep} must be >= 1")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"checkpoint.timeout_s={self.timeout_s} must be a finite number of "
+                             "seconds > 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +104,8 @@ class Checkpointer:
         self.model, self.optimizer = model, optimizer
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
-        self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
+        self._group = (dist.new_group(backend="gloo", timeout=timedelta(seconds=config.timeout_s))
+                       if dist.is_initialized() else None)
         self._pending: tuple[Future[Any], CheckpointInfo] | None = None
         config.dir.mkdir(parents=True, exist_ok=True)
 
@@ -145,7 +156,11 @@ class Checkpointer:
 
     def save(self, *, step: int, data_position: int, reason: str,
              extra: dict[str, Any] | None = None) -> CheckpointInfo:
-        """Checkpoint now and return once it is complete on every rank."""
+        """Checkpoint now and return once it is complete on every rank.
+
+        Raises on the ranks still there when a rank dies or does not answer within
+        ``timeout_s``; a checkpoint not wholly written is never marked complete.
+        """
         if self._pending is not None:
             self._finish(self._pending)
         info = self._info(step=step, data_position=data_position, reason=reason, extra=extra)

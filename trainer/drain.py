@@ -159,8 +159,14 @@ class DrainController:
                            note=f"all ranks checkpoint after step {step}")
         started = time.time()
         record = {"decision": decision.id, "node": decision.node, "step": step}
-        info = self.checkpointer.save(step=step, data_position=data_position,
-                                      reason=f"drain {decision.node}", extra={"drain": record})
+        try:
+            info = self.checkpointer.save(step=step, data_position=data_position,
+                                          reason=f"drain {decision.node}", extra={"drain": record})
+        except Exception:
+            log.error("drain of %s: the checkpoint after step %d did not complete (did a node "
+                      "leave mid-save?); this process fails so that torchrun restarts the job "
+                      "from its newest complete checkpoint", decision.node, step)
+            raise
         self.record("checkpoint", step=step, path=info.path.name, reason=info.reason,
                     duration_s=round(time.time() - started, 3))
         self.record("drain", **record, nodes_left=[n for n in self.nodes if n != decision.node])

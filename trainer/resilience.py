@@ -14,6 +14,7 @@ others re-rendezvous without it); catch it at the top and call ``exit_now(exc.co
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
       "training resumes from the newest complete one there")
     a("--checkpoint-every", type=int, default=0,
       help="periodic checkpoint every N steps, written asynchronously (0: only on demand)")
+    a("--checkpoint-timeout", type=float, default=600.0,
+      help="seconds a rank waits on the others within a save or load before the save fails "
+      "(a rank died or hung) and torchrun restarts the job from the newest complete checkpoint")
     a("--decisions", action=argparse.BooleanOptionalAction, default=False,
       help="poll the service at --endpoint for checkpoint-and-drain decisions and carry them "
       "out (needs --checkpoint-dir and torchrun)")
@@ -53,6 +57,8 @@ def flag_error(args: argparse.Namespace) -> str | None:
         return "--decisions needs --checkpoint-dir (a drain checkpoints first)"
     if args.checkpoint_every < 0:
         return f"--checkpoint-every={args.checkpoint_every} must be >= 0"
+    if not (math.isfinite(args.checkpoint_timeout) and args.checkpoint_timeout > 0):
+        return f"--checkpoint-timeout={args.checkpoint_timeout} must be a finite number > 0"
     if args.poll_interval <= 0:
         return f"--poll-interval={args.poll_interval} must be > 0"
     if args.agree_every < 1:
@@ -103,7 +109,8 @@ class Resilience:
         checkpoint = None
         if args.checkpoint_dir is not None:
             checkpoint = CheckpointConfig(dir=args.checkpoint_dir,
-                                          every_steps=args.checkpoint_every)
+                                          every_steps=args.checkpoint_every,
+                                          timeout_s=args.checkpoint_timeout)
         decisions = None
         if problem := flag_error(args):
             raise ValueError(problem)

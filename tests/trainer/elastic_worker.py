@@ -42,8 +42,10 @@ def main() -> None:
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ckpt = Checkpointer(CheckpointConfig(dir=args.ckpt_dir, every_steps=args.every),
-                        model=model, optimizer=opt)
+    # Saves of this tiny model take well under a second: a rank that has not answered within
+    # 20 s is gone (the default, 10 minutes, leaves room for the writes of a large model).
+    ckpt = Checkpointer(CheckpointConfig(dir=args.ckpt_dir, every_steps=args.every,
+                                         timeout_s=20.0), model=model, optimizer=opt)
     if node == args.die_in_drain:
         save = ckpt.save
 

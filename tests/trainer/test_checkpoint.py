@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,36 @@ def test_three_ranks_resume_exactly_what_two_ranks_saved(tmp_path: Path) -> None
     assert info is not None and info.extra == {"drain": {"node": "node-x"}}
 
 
+def _one_rank_stops_answering(rank: int, port: int, directory: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    model = torch.nn.parallel.DistributedDataParallel(_model())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ckpt = Checkpointer(CheckpointConfig(dir=Path(directory), timeout_s=2.0), model=model,
+                        optimizer=opt)
+    if rank == 1:  # alive, but never joins the save: a rank hung elsewhere or a lost node
+        time.sleep(8.0)
+        return
+    started = time.monotonic()
+    try:
+        ckpt.save(step=5, data_position=40, reason="drain node-b")
+        outcome = "saved"
+    except RuntimeError as exc:
+        outcome = str(exc)
+    Path(directory, "outcome.json").write_text(json.dumps(
+        {"outcome": outcome, "waited_s": time.monotonic() - started}))
+
+
+def test_a_save_that_a_rank_never_joins_fails_after_the_timeout_instead_of_hanging(
+        tmp_path: Path) -> None:
+    mp.spawn(_one_rank_stops_answering, args=(free_port(), str(tmp_path)), nprocs=2)
+    result = json.loads((tmp_path / "outcome.json").read_text())
+    assert result["outcome"] != "saved"
+    assert "Timed out" in result["outcome"], result
+    assert result["waited_s"] >= 1.5, result  # it waited the timeout out (torch: 30 minutes)
+    assert latest(tmp_path) is None  # nothing half-written looks complete
+
+
 def test_an_interrupted_save_is_never_resumed_from(tmp_path: Path) -> None:
     complete = tmp_path / "step-00000010"
     complete.mkdir()
@@ -105,3 +136,6 @@ def test_bad_config_is_refused_naming_the_field(tmp_path: Path) -> None:
         CheckpointConfig(dir=tmp_path, every_steps=-1)
     with pytest.raises(ValueError, match=r"checkpoint\.keep=0"):
         CheckpointConfig(dir=tmp_path, keep=0)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"checkpoint\.timeout_s=.* finite number of seconds"):
+            CheckpointConfig(dir=tmp_path, timeout_s=bad)
