@@ -107,6 +107,8 @@ class Checkpointer:
         self._group = (dist.new_group(backend="gloo", timeout=timedelta(seconds=config.timeout_s))
                        if dist.is_initialized() else None)
         self._pending: tuple[Future[Any], CheckpointInfo] | None = None
+        self._completed_step: int | None = None
+        """The step of the newest checkpoint this process completed."""
         config.dir.mkdir(parents=True, exist_ok=True)
 
     def _state_dict(self, *, step: int, data_position: int) -> dict[str, Any]:
@@ -164,8 +166,12 @@ class Checkpointer:
         if self._pending is not None:
             self._finish(self._pending)
         info = self._info(step=step, data_position=data_position, reason=reason, extra=extra)
-        state = self._state_dict(step=step, data_position=data_position)
-        dcp.save(state, checkpoint_id=info.path, process_group=self._group)
+        # A periodic checkpoint of this very step holds the same state in the same folder: it
+        # is only marked as this one. Its files are never written twice, so a rank dying now
+        # cannot leave a folder marked complete that holds half of a second write.
+        if self._completed_step != step:
+            state = self._state_dict(step=step, data_position=data_position)
+            dcp.save(state, checkpoint_id=info.path, process_group=self._group)
         self._complete(info)
         if self._group is not None:
             dist.barrier(group=self._group)  # every rank knows it is complete before it returns
@@ -193,6 +199,7 @@ class Checkpointer:
         self._complete(info)
 
     def _complete(self, info: CheckpointInfo) -> None:
+        self._completed_step = info.step
         if self.rank != 0:
             return
         # DCP's coordinator (rank 0) returns only after every rank's data was written.

@@ -87,6 +87,37 @@ def test_three_ranks_resume_exactly_what_two_ranks_saved(tmp_path: Path) -> None
     assert info is not None and info.extra == {"drain": {"node": "node-x"}}
 
 
+def _drain_at_a_periodic_step(rank: int, world: int, port: int, directory: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    model = torch.nn.parallel.DistributedDataParallel(_model())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ckpt = Checkpointer(CheckpointConfig(dir=Path(directory), every_steps=3), model=model,
+                        optimizer=opt)
+    for step in range(1, 4):
+        model(torch.randn(4, 8)).pow(2).mean().backward()
+        opt.step()
+        ckpt.maybe_save(step=step, data_position=step * 4 * world)
+    ckpt.close()  # the periodic checkpoint of step 3 is complete
+    files = {p.name: p.stat().st_mtime_ns for p in Path(directory, "step-00000003").iterdir()}
+    ckpt.save(step=3, data_position=12 * world, reason="drain node-x")  # decided at step 3
+    after = {p.name: p.stat().st_mtime_ns for p in Path(directory, "step-00000003").iterdir()}
+    Path(directory, f"files-{rank}.json").write_text(json.dumps([files, after]))
+    dist.destroy_process_group()
+
+
+def test_a_drain_at_a_periodic_step_marks_that_checkpoint_without_writing_it_again(
+        tmp_path: Path) -> None:
+    mp.spawn(_drain_at_a_periodic_step, args=(2, free_port(), str(tmp_path)), nprocs=2)
+    info = latest(tmp_path)
+    assert info is not None and (info.step, info.reason) == (3, "drain node-x")
+    files, after = json.loads((tmp_path / "files-0.json").read_text())
+    data = {name for name in files if name.endswith(".distcp")}
+    assert len(data) == 2  # one file per rank, each written once
+    assert {n: after[n] for n in data} == {n: files[n] for n in data}
+    assert after["foreshock.json"] > files["foreshock.json"]
+
+
 def _one_rank_stops_answering(rank: int, port: int, directory: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=2)
