@@ -121,7 +121,13 @@ class DecisionPoller:
 
     def report(self, decision_id: int, state: str, *, step: int | None = None,
                note: str = "") -> None:
-        """Queue ``ack``, ``done`` or ``failed`` for the service (rank 0; never blocks)."""
+        """Queue ``ack``, ``done`` or ``failed`` for the service (rank 0; never blocks).
+
+        A decision reported ``done`` or ``failed`` is never acted on afterwards, even while
+        polls made before the report reached the service still list it as open.
+        """
+        if state in ("done", "failed"):
+            self._acted.add(decision_id)
         if self.rank == 0:
             self._reports.put((decision_id, state, {"step": step, "note": note}))
             self._wake.set()

@@ -71,6 +71,22 @@ def test_a_decision_that_is_not_one_is_ignored_and_training_goes_on(service: str
         poller.close()
 
 
+@pytest.mark.usefixtures("one_rank")
+def test_a_decision_reported_failed_is_not_acted_on_while_polls_still_list_it(
+        service: str) -> None:
+    # After an elastic restart the new incarnation reports a drain whose node is gone as
+    # failed; the poll that follows may still list it, and the job then "acted" on it again.
+    _Service.answer = {"decisions": [{"id": 7, "node": "n1", "state": "acknowledged"}]}
+    poller = DecisionPoller(DecisionConfig(endpoint=service, job="j", poll_interval_s=0.05))
+    try:
+        time.sleep(0.5)
+        assert [d.id for d in poller.open_decisions] == [7]
+        poller.report(7, "failed", note="node n1 left before the drain completed")
+        assert poller.agree(step=10) is None
+    finally:
+        poller.close()
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("poll_interval_s", float("nan")), ("poll_interval_s", float("inf")),
     ("timeout_s", float("nan")), ("timeout_s", 0.0),
