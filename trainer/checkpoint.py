@@ -54,9 +54,9 @@ class CheckpointConfig:
             raise ValueError(f"checkpoint.every_steps={self.every_steps} must be >= 0")
         if self.keep < 1:
             raise ValueError(f"checkpoint.keep={self.keep} must be >= 1")
-        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
-            raise ValueError(f"checkpoint.timeout_s={self.timeout_s} must be a finite number of "
-                             "seconds > 0")
+        if not 0 < self.timeout_s < math.inf:  # NaN fails too
+            raise ValueError(f"checkpoint.timeout_s={self.timeout_s} must be > 0 seconds and "
+                             "finite")
 
 
 @dataclass(frozen=True, kw_only=True)

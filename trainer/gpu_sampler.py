@@ -4,6 +4,7 @@ OpenTelemetry instruments (gauges, cumulative sums, ``gpu.xid`` points)."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -23,8 +24,9 @@ class GpuSampler:
     """Samples every ``interval_s`` on its own thread; the exporter reads the latest sample."""
 
     def __init__(self, reader: GpuReader, meter: Meter, *, interval_s: float = 1.0) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"hook.gpu_sample_interval_s={interval_s} must be > 0")
+        if not 0 < interval_s < math.inf:  # NaN would spin the thread, inf never sample
+            raise ValueError(f"hook.gpu_sample_interval_s={interval_s} must be > 0 seconds and "
+                             "finite")
         self.reader = reader
         self.interval_s = interval_s
         self._lock = threading.Lock()

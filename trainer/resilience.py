@@ -57,8 +57,8 @@ def flag_error(args: argparse.Namespace) -> str | None:
         return "--decisions needs --checkpoint-dir (a drain checkpoints first)"
     if args.checkpoint_every < 0:
         return f"--checkpoint-every={args.checkpoint_every} must be >= 0"
-    if not (math.isfinite(args.checkpoint_timeout) and args.checkpoint_timeout > 0):
-        return f"--checkpoint-timeout={args.checkpoint_timeout} must be a finite number > 0"
+    if not 0 < args.checkpoint_timeout < math.inf:
+        return f"--checkpoint-timeout={args.checkpoint_timeout} must be > 0 seconds and finite"
     if args.poll_interval <= 0:
         return f"--poll-interval={args.poll_interval} must be > 0"
     if args.agree_every < 1:

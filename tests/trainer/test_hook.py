@@ -12,11 +12,13 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 import torch.distributed as dist
+from opentelemetry.metrics import NoOpMeter
 from sqlalchemy import text
 
 from collector.store import Store
 from tests.conftest import LiveServer, free_port
 from trainer.gpu import GpuDevice, GpuSample, XidEvent
+from trainer.gpu_sampler import GpuSampler
 from trainer.hook import TelemetryHook
 from trainer.simulated_gpu import SimulatedGpuReader
 
@@ -210,3 +212,11 @@ def test_step_callbacks_see_the_same_index_and_user_errors_propagate() -> None:
 def test_bad_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"hook.{field}"):
         Config(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("interval_s", [0.0, float("nan"), float("inf")])
+def test_the_gpu_sampler_refuses_a_period_that_would_spin_or_never_sample(
+        interval_s: float) -> None:
+    # The hook's Config checks this first; the sampler, usable on its own, checks it the same way.
+    with pytest.raises(ValueError, match=r"gpu_sample_interval_s=.* > 0 seconds and finite"):
+        GpuSampler(SimulatedGpuReader(), NoOpMeter("t"), interval_s=interval_s)
