@@ -14,12 +14,14 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,6 +99,25 @@ class DemoConfig:
         return self.node_names[-1]
 
 
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM (``timeout``, a scheduler, a closed CI job) unwinds like Ctrl-C, so that the
+    service, the torchrun agents and the temporary directory go with the demo instead of being
+    left running. (Nothing can be done on SIGKILL.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set a handler; its caller owns the signals
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class Demo:
     """Runs the scenario once; ``on_mark`` hears each timeline moment as it happens."""
 
@@ -115,11 +136,12 @@ class Demo:
         self.on_mark(m)
 
     def run(self) -> Summary:
-        if self.config.keep_dir is not None:
-            self.config.keep_dir.mkdir(parents=True, exist_ok=True)
-            return self._run(self.config.keep_dir)
-        with tempfile.TemporaryDirectory(prefix="foreshock-demo-") as work:
-            return self._run(Path(work))
+        with _sigterm_unwinds():
+            if self.config.keep_dir is not None:
+                self.config.keep_dir.mkdir(parents=True, exist_ok=True)
+                return self._run(self.config.keep_dir)
+            with tempfile.TemporaryDirectory(prefix="foreshock-demo-") as work:
+                return self._run(Path(work))
 
     def _run(self, work: Path) -> Summary:
         c = self.config

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,34 @@ def test_demo_flags_drains_and_resumes_losing_no_step(tmp_path: Path) -> None:
     assert _leftovers() == []
     assert _demo_dirs() - before == set()  # its temporary directory is gone
     assert not drained_for_real.exists()  # the shell's scheduler command was never run
+
+
+@pytest.mark.usefixtures("one_torchrun_job")
+def test_a_terminated_demo_takes_its_service_and_agents_with_it() -> None:
+    # SIGTERM is how timeout(1), a scheduler or a cancelled CI job stops a command; it used to
+    # kill the demo outright and leave its service and three torchrun agents running.
+    before = _demo_dirs()
+    proc = subprocess.Popen([sys.executable, "-m", "api", "demo"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            seen.append(line)
+            if "agents launched" in line:
+                break
+        assert _leftovers(), "".join(seen)  # the service and the agents are running
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 15  # a liveness bound: workers exit just after their agents
+    while _leftovers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _leftovers() == []
+    assert _demo_dirs() - before == set()
 
 
 def test_demo_refuses_a_scenario_that_cannot_work() -> None:
