@@ -35,6 +35,15 @@ def test_expansion_matches_grafana(sql: str, expanded: str) -> None:
     assert expand(sql, CTX) == expanded
 
 
+def test_a_quote_in_a_single_valued_job_cannot_end_the_literal_it_sits_in() -> None:
+    # Grafana's SqlDatasource.interpolateVariable doubles quotes in a single string value and
+    # quotes each value of a multi-value one, so "'$job'" holds any job name.
+    ctx = QueryContext(start=0, end=60, variables={"job": "o'brien", "node": ["a'b"]},
+                       multi=frozenset({"node"}))
+    assert (expand("e.job = '$job' AND e.node IN ($node)", ctx)
+            == "e.job = 'o''brien' AND e.node IN ('a''b')")
+
+
 def test_interval_follows_the_range_and_the_minimum() -> None:
     week = QueryContext(start=0, end=7 * 86400, max_data_points=1000)
     assert week.interval_ms == 600_000 and format_interval(week.interval_ms) == "10m"
