@@ -184,6 +184,7 @@ def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFr
             df.loc[bad, col] = np.nan
     if meta is not None:
         df = _near(path, df, meta)
+        _unlisted_nodes(path, df, meta)
     # Out-of-order rows are legal input; every consumer wants them in time order.
     return df.sort_values("ts", kind="stable").reset_index(drop=True)
 
@@ -207,6 +208,22 @@ def _near(path: Path, df: pd.DataFrame, meta: TraceMeta) -> pd.DataFrame:
     log.warning("%s: %d row(s) with ts far outside meta.json's start..end left out (%s)", path,
                 int(far.sum()), said)
     return df[~far]
+
+
+def _unlisted_nodes(path: Path, df: pd.DataFrame, meta: TraceMeta) -> None:
+    """Warn of nodes the rows name and meta.json's ``nodes`` does not: they are scored like the
+    others, but evaluation counts node-days and accepts alerts on meta.json's nodes only."""
+    listed = set(meta.nodes) | {""}
+    for col in ("node", "src", "dst"):
+        if col not in df.columns:
+            continue
+        unlisted = sorted(set(df[col].unique()) - listed)
+        if unlisted:
+            named = ", ".join(repr(n) for n in unlisted[:3]) + (", ..." if len(unlisted) > 3
+                                                               else "")
+            log.warning("%s: column %r names %d node(s) that meta.json's 'nodes' does not list "
+                        "(%s): they are scored, but evaluating alerts on them is refused; list "
+                        "them in meta.json", path, col, len(unlisted), named)
 
 
 def _utc(ts: float) -> str:

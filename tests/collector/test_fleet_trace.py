@@ -194,6 +194,29 @@ def test_meta_nodes_must_name_the_nodes(tmp_path: Path) -> None:
         read_trace(tmp_path)
 
 
+def test_nodes_meta_json_does_not_list_are_read_and_named(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A meta.json written before the fleet grew: the new node's rows are still scored, but
+    # evaluate refuses alerts on a node that is not the trace's, so the reader says so first.
+    trace = small_trace()
+    write_trace(tmp_path, trace)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    (tmp_path / "meta.json").write_text(json.dumps({**meta, "nodes": meta["nodes"][1:]}))
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        read = read_trace(tmp_path)
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    left_out = repr(trace.meta.nodes[0])
+    assert (f"gpu.csv.gz: column 'node' names 1 node(s) that meta.json's 'nodes' does not list "
+            f"({left_out})") in said
+    assert "links.csv.gz: column 'src' names 1 node(s)" in said
+    assert len(read.gpu) == len(trace.gpu)  # nothing is left out
+    caplog.clear()
+    write_trace(tmp_path, trace)  # meta.json lists every node again
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        read_trace(tmp_path)
+    assert "does not list" not in "\n".join(r.getMessage() for r in caplog.records)
+
+
 def test_files_compressed_otherwise_than_the_format_names_them_are_read_and_named(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # A writer that gzips events.csv like the others, or leaves node.csv plain, means the same
