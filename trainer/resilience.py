@@ -59,8 +59,8 @@ def flag_error(args: argparse.Namespace) -> str | None:
         return f"--checkpoint-every={args.checkpoint_every} must be >= 0"
     if not 0 < args.checkpoint_timeout < math.inf:
         return f"--checkpoint-timeout={args.checkpoint_timeout} must be > 0 seconds and finite"
-    if args.poll_interval <= 0:
-        return f"--poll-interval={args.poll_interval} must be > 0"
+    if not 0 < args.poll_interval < math.inf:
+        return f"--poll-interval={args.poll_interval} must be > 0 seconds and finite"
     if args.agree_every < 1:
         return f"--agree-every={args.agree_every} must be >= 1"
     if args.min_nodes < 1:

@@ -100,9 +100,11 @@ def test_every_flag_has_help_and_bad_values_are_named(capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit):
         parse_args(["--d-model", "30", "--heads", "4"])
     assert "--d-model=30" in capsys.readouterr().err
-    for bad in ("0", "nan", "inf"):
-        with pytest.raises(SystemExit):
-            parse_args(["--checkpoint-dir", "ck", "--checkpoint-timeout", bad])
-        assert f"--checkpoint-timeout={float(bad)}" in capsys.readouterr().err
+    for flag in ("--checkpoint-timeout", "--poll-interval"):
+        for bad in ("0", "nan", "inf"):
+            with pytest.raises(SystemExit):
+                parse_args(["--checkpoint-dir", "ck", flag, bad])
+            assert f"{flag}={float(bad)} must be > 0 seconds and finite" in (
+                capsys.readouterr().err)
     args = parse_args(["--steps", "5", "--no-hook"])
     assert args.steps == 5 and not args.hook
