@@ -1,4 +1,5 @@
 import dataclasses
+import gzip
 import json
 import logging
 import re
@@ -184,6 +185,17 @@ def test_a_header_with_spaces_after_its_commas_is_read(tmp_path: Path) -> None:
     gpu = pd.read_csv(tmp_path / "gpu.csv.gz")
     gpu.rename(columns=lambda c: f" {c}").to_csv(tmp_path / "gpu.csv.gz", index=False)
     pd.testing.assert_frame_equal(read_trace(tmp_path).gpu, plain.gpu)
+    # Node names that look like numbers stay names: "007" was read as 7.0 after ", ".
+    names = {n: f"{i:03d}" for i, n in enumerate(plain.meta.nodes)}
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    (tmp_path / "meta.json").write_text(json.dumps({**meta, "nodes": list(names.values())}))
+    gpu["node"] = gpu["node"].map(names)
+    lines = gpu.to_csv(index=False).splitlines()
+    text = "\n".join(line.replace(",", ", ") for line in lines) + "\n"
+    (tmp_path / "gpu.csv.gz").write_bytes(gzip.compress(text.encode()))
+    read = read_trace(tmp_path).gpu
+    assert sorted(read["node"].unique()) == sorted(names.values())
+    pd.testing.assert_frame_equal(read.drop(columns="node"), plain.gpu.drop(columns="node"))
 
 
 def test_meta_nodes_must_name_the_nodes(tmp_path: Path) -> None:
