@@ -117,17 +117,22 @@ def empty_frame(file: str) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="float64") for c in (*_KEYS[file], *_METRICS[file])})
 
 
+def read_csv_file(path: Path, *, dtype: dict[str, type]) -> pd.DataFrame:
+    """``pd.read_csv`` that also reads a header written ``ts, node, gpu``, as a hand-made file
+    has it. The names must match while parsing, or ``dtype`` misses them and a node named
+    ``001`` after such a comma reads as the number 1; skipping spaces costs a third more time,
+    so only where the header has them."""
+    spaced = any(str(c) != str(c).lstrip() for c in pd.read_csv(path, nrows=0).columns)
+    df = pd.read_csv(path, dtype=dtype, skipinitialspace=spaced)
+    df.columns = df.columns.str.strip()
+    return df
+
+
 def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFrame:
     try:
-        # "ts, node, gpu", as a hand-made file has it: the names must match while parsing, or a
-        # node named "001" after such a comma reads as the number 1. Skipping spaces costs a
-        # third more time, so only where the header has them.
-        spaced = any(str(c) != str(c).lstrip() for c in pd.read_csv(path, nrows=0).columns)
-        df = pd.read_csv(path, dtype={"node": str, "src": str, "dst": str, "kind": str},
-                         skipinitialspace=spaced)
+        df = read_csv_file(path, dtype={"node": str, "src": str, "dst": str, "kind": str})
     except (OSError, ValueError, EOFError) as exc:  # pandas raises ParserError (a ValueError)
         raise TraceFormatError(path, f"cannot be read as CSV: {exc}") from exc
-    df.columns = df.columns.str.strip()  # and spaces before a comma
     missing = [c for c in _KEYS[file] if c not in df.columns]
     if missing:
         raise TraceFormatError(path, f"missing required column(s) {', '.join(missing)}")

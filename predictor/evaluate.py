@@ -21,7 +21,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from collector.fleet_trace import FleetTrace, TraceFormatError, read_trace, trace_file
+from collector.fleet_trace import (
+    FleetTrace,
+    TraceFormatError,
+    read_csv_file,
+    read_trace,
+    trace_file,
+)
 
 HORIZON_S = 6 * 3600.0
 MIN_LEAD_S = 60.0
@@ -156,8 +162,8 @@ def read_alerts(path: Path | str) -> pd.DataFrame:
     if not path.is_file():
         raise AlertsFormatError(str(path), "missing")
     try:
-        frame = pd.read_csv(path, dtype={"node": str, "kind": str, "reason": str,
-                                         LEAD_COLUMN: str})
+        frame = read_csv_file(path, dtype={"node": str, "kind": str, "reason": str,
+                                           LEAD_COLUMN: str})
     except pd.errors.EmptyDataError as exc:
         raise AlertsFormatError(str(path), f"is empty (needs a header {','.join(ALERT_COLUMNS)})"
                                 ) from exc

@@ -177,6 +177,14 @@ def test_reads_trace_directory_and_alerts_file(tmp_path: Path) -> None:
     assert (r.caught, r.true_episodes, r.false_episodes, r.gpu_accuracy) == (1, 1, 1, 1.0)
 
 
+def test_an_alerts_file_with_spaces_after_its_commas_is_read(tmp_path: Path) -> None:
+    # As a trace's files are: it used to be refused as "missing column(s) node, gpu, ...".
+    path = tmp_path / "alerts.csv"
+    path.write_text("ts, node, gpu, kind, score, reason\n100.0, 001, 3, gpu, 0.9, ecc\n")
+    alerts = read_alerts(path)
+    assert alerts[["node", "gpu", "kind", "reason"]].iloc[0].tolist() == ["001", 3, "gpu", "ecc"]
+
+
 @pytest.mark.parametrize(("content", "column"), [
     ("ts,node,gpu,kind,score\n1,n0,,node,0.5\n", "reason"),
     ("time,node,gpu,kind,score,reason\n1,n0,,node,0.5,x\n", "ts"),
