@@ -29,7 +29,7 @@ from api.decision_state import (
     transition,
 )
 from api.deps import get_settings, get_store, require_admin, require_ingest_token
-from api.settings import Settings
+from api.settings import Settings, drain_argv
 from collector.store import Store
 
 log = logging.getLogger("foreshock.decisions")
@@ -201,9 +201,7 @@ def list_decisions(
 def _run_drain_command(store: Store, decision: DecisionOut, command: str,
                        timeout_s: float) -> None:
     """Run the scheduler's drain command and note its outcome on the decision."""
-    # Split the template, then fill each argument: a node name is one argument, whatever its
-    # spaces or quotes (filled first, "n1 n2" drained two nodes, and a quote stopped the split).
-    argv = [part.format(node=decision.node, job=decision.job) for part in shlex.split(command)]
+    argv = drain_argv(command, node=decision.node, job=decision.job)
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
         output = (proc.stdout + proc.stderr).decode(errors="replace")[-300:].strip()

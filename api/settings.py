@@ -9,6 +9,13 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+def drain_argv(template: str, *, node: str, job: str) -> list[str]:
+    """The drain command for ``node``: ``template`` split as a shell would, then each argument
+    filled, so that a node name is one argument whatever its spaces or quotes (filled first,
+    "n1 n2" drained two nodes, and a quote stopped the split)."""
+    return [part.format(node=node, job=job) for part in shlex.split(template)]
+
+
 class Settings(BaseSettings):
     """Every knob of ``foreshock serve``; each can be set as ``FORESHOCK_<NAME>``."""
 
@@ -100,8 +107,7 @@ class Settings(BaseSettings):
         if v is None or not v.strip():
             return None  # blank: no command (a bare FORESHOCK_DRAIN_COMMAND= in a .env file)
         try:
-            for part in shlex.split(v):
-                part.format(node="n", job="j")
+            drain_argv(v, node="n", job="j")
         except (ValueError, KeyError, IndexError) as exc:  # a lone quote, {rack}, {0}
             raise ValueError(f"drain_command={v!r} cannot be run: {exc!r}; give a command whose "
                              "only fields are {node} and {job}") from exc
