@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from collector.batch import GPU_INDEX, N_GPU, Batch, Entity, SeriesRef, series_key
-from collector.metrics import MAX_ABS_VALUE, MAX_INT, XID
+from collector.metrics import MAX_INT, XID, bounds, range_text
 from collector.schema import METRIC_NAME_LEN, NAME_LEN, SERIES_KEY_LEN, UNIT_LEN
 
 _NO_RECORDED_VALUE = 1  # DataPointFlags.FLAG_NO_RECORDED_VALUE
@@ -146,6 +146,7 @@ class Flattener:
         memo = self.memo.setdefault(memo_key, {})
         known = self.cache.memo(memo_key)
         latest_ok = self.latest_ok_ns
+        lo, hi = bounds(name)
         gpu, out, isfinite = batch.gpu, batch.points, math.isfinite
         accepted = 0
         for dp in points:  # type: ignore[attr-defined]
@@ -170,16 +171,16 @@ class Flattener:
                                    else self.position(ref))
             # value - value is 0.0 exactly when the value is finite (NaN and inf give NaN).
             if (pos.__class__ is not int or value - value != 0.0 or not 0 < ts_ns <= latest_ok
-                    or not -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE):
+                    or not lo <= value <= hi):
                 if pos is _STALE:
                     continue  # a staleness marker, not a value
                 if pos.__class__ is str:
                     batch.reject(pos)
                 elif not isfinite(value):
                     batch.reject(f"{name}: value {value} is not finite")
-                elif abs(value) > MAX_ABS_VALUE:
-                    batch.reject(f"{name}: value {value} is out of range "
-                                 f"(|v| <= {MAX_ABS_VALUE:g})")
+                elif not lo <= value <= hi:
+                    batch.reject(f"{name}: value {value:g} is out of range "
+                                 f"({range_text(name)}): no sensor reads it")
                 else:
                     batch.reject(self.reject_ts(ts_ns, name))
                 continue

@@ -15,9 +15,10 @@ import pandas as pd
 from collector.metrics import (
     GPU_COLUMNS,
     LINK_TRACE_METRICS,
-    MAX_ABS_VALUE,
     MAX_INT,
     NODE_TRACE_METRICS,
+    bounds,
+    range_text,
 )
 
 FORMAT = "fleet-trace/1"
@@ -181,16 +182,17 @@ def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFr
         xid = (df["kind"] == "xid").to_numpy()
         whole = np.isnan(code) | (np.isfinite(code) & (code == np.round(code)))
         _refuse(path, df, "code", xid & ~whole, "is not an XID code (a whole number)")
-    # Like OTLP ingest, a value no sensor reads (inf, or beyond what the store keeps) is dropped,
-    # not the trace: it reads as missing, as a gap would, and the rest of the file stands.
+    # Like OTLP ingest, a value no sensor reads (inf, a sentinel, beyond the metric's bounds) is
+    # dropped, not the trace: it reads as missing, as a gap would, and the rest of the file stands.
     for col in df.columns.difference(list(_KEYS[file])):
         v = df[col].to_numpy(dtype=np.float64)
-        bad = ~(np.isnan(v) | (np.abs(v) <= MAX_ABS_VALUE))
+        lo, hi = bounds(col)
+        bad = ~(np.isnan(v) | ((v >= lo) & (v <= hi)))
         if bad.any():
             first = int(bad.argmax())
-            log.warning("%s: column %r has %d value(s) that are not finite or beyond +-%g (the "
+            log.warning("%s: column %r has %d value(s) that are not finite or outside %s (the "
                         "first %.15g on line %d); read as missing", path, col, int(bad.sum()),
-                        MAX_ABS_VALUE, v[first], int(df.index[first]) + 2)
+                        range_text(col), v[first], int(df.index[first]) + 2)
             df.loc[bad, col] = np.nan
     if meta is not None:
         df = _near(path, df, meta)

@@ -28,6 +28,11 @@ class MetricSpec:
     """How the value behaves over time."""
     help: str
     """One line for humans (Prometheus HELP, panel descriptions)."""
+    bounds: tuple[float, float] = (-MAX_ABS_VALUE, MAX_ABS_VALUE)
+    """The values a working sensor or probe can report, both ends inclusive. A value outside is
+    no reading (a sentinel such as DCGM's blanks, 2**47 for a float field and 2**31 - 16 for a
+    32-bit one, or a unit mix-up): OTLP ingest rejects the point and a fleet trace reads it as
+    missing, since the predictor would read it as the worst GPU it ever saw."""
 
     @property
     def family(self) -> Family:
@@ -39,13 +44,36 @@ class MetricSpec:
         return self.name.split(".", 1)[1].replace(".", "_")
 
 
-def _m(name: str, unit: str, kind: Kind, help_: str) -> MetricSpec:
-    return MetricSpec(name=name, unit=unit, kind=kind, help=help_)
+COUNT_MAX = float(2**53)
+"""Largest count a cumulative error counter reads, either way: the last whole number a float keeps
+exactly, and far beyond any GPU's errors (DCGM's blank for a 64-bit field, 2**63 - 16, lies
+beyond). Below zero is allowed: only a counter's changes mean anything, and an exporter that
+counts from a baseline it took at the job's start reads below zero after a reset."""
+DURATION_MAX = 7 * 86400.0
+"""Longest step, collective or kernel: a week (a hung one times out long before)."""
+
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "1": (0.0, 1.0),  # ratios and 0/1 flags (metrics.md: not percent)
+    "C": (-60.0, 250.0),  # colder than any machine room, or hotter than a die survives
+    "W": (0.0, 10_000.0),  # a GB300 superchip draws 1.4 kW
+    "MHz": (0.0, 10_000.0),  # SM clocks run near 2 GHz
+    "count": (-COUNT_MAX, COUNT_MAX),
+    "s": (0.0, DURATION_MAX),
+    "bytes/s": (0.0, 1e14),  # 100 TB/s, 50x an NVLink 5 GPU's
+}
+"""Bounds by unit (``MetricSpec.bounds``), loose enough for any hardware of the next years."""
+
+
+def _m(name: str, unit: str, kind: Kind, help_: str,
+       bounds: tuple[float, float] | None = None) -> MetricSpec:
+    if bounds is None:
+        bounds = _BOUNDS.get(unit, (-MAX_ABS_VALUE, MAX_ABS_VALUE))
+    return MetricSpec(name=name, unit=unit, kind=kind, help=help_, bounds=bounds)
 
 
 GPU_METRICS: tuple[MetricSpec, ...] = (
     _m("gpu.utilization", "1", "gauge", "fraction of time a kernel ran"),
-    _m("gpu.memory.used", "bytes", "gauge", "framebuffer in use"),
+    _m("gpu.memory.used", "bytes", "gauge", "framebuffer in use", (0.0, float(2**50))),
     _m("gpu.temperature", "C", "gauge", "GPU core temperature"),
     _m("gpu.memory.temperature", "C", "gauge", "HBM temperature"),
     _m("gpu.power", "W", "gauge", "board power draw"),
@@ -64,7 +92,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
 )
 """Sampled GPU metrics, stored one column each in the wide ``gpu_samples`` table."""
 
-XID = _m("gpu.xid", "1", "event", "an XID event reported by the driver")
+XID = _m("gpu.xid", "1", "event", "an XID event reported by the driver", (0.0, MAX_INT))
 
 SBE_RATE_XID_PER_MIN = 10.0
 """Corrected (single-bit) ECC errors within ``SBE_RATE_WINDOW_S`` at which the driver logs XID
@@ -78,13 +106,14 @@ TRAIN_METRICS: tuple[MetricSpec, ...] = (
     _m("train.compute.duration", "s", "gauge", "part of the step not spent waiting in collectives"),
     _m("train.collective.duration", "s", "histogram",
        "time of one collective from issue to completion as this rank saw it"),
-    _m("train.collective.bytes", "bytes", "counter", "payload moved by collectives"),
+    _m("train.collective.bytes", "bytes", "counter", "payload moved by collectives",
+       (0.0, MAX_ABS_VALUE)),
     _m("train.kernel.duration", "s", "gauge", "total time of a kernel in a profiled window"),
 )
 
 NET_METRICS: tuple[MetricSpec, ...] = (
     _m("net.link.bandwidth", "bytes/s", "gauge", "point-to-point probe throughput node -> peer"),
-    _m("net.link.latency", "s", "gauge", "point-to-point probe latency"),
+    _m("net.link.latency", "s", "gauge", "point-to-point probe latency", (0.0, 3600.0)),
 )
 
 RISK = _m("foreshock.risk", "1", "gauge", "predicted probability of failure within the horizon")
@@ -93,6 +122,21 @@ CANONICAL: dict[str, MetricSpec] = {
     m.name: m for m in (*GPU_METRICS, XID, *TRAIN_METRICS, *NET_METRICS, RISK)
 }
 GPU_COLUMNS: dict[str, str] = {m.name: m.column for m in GPU_METRICS}
+
+
+def bounds(name: str) -> tuple[float, float]:
+    """The values metric ``name`` may take: its ``MetricSpec.bounds``, or the store's whole range
+    for a metric the catalogue does not name."""
+    spec = CANONICAL.get(name)
+    return spec.bounds if spec is not None else (-MAX_ABS_VALUE, MAX_ABS_VALUE)
+
+
+def range_text(name: str) -> str:
+    """``bounds(name)`` for a message: ``-60 to 250 C``."""
+    lo, hi = bounds(name)
+    spec = CANONICAL.get(name)
+    unit = f" {spec.unit}" if spec is not None and spec.unit != "1" else ""
+    return f"{lo:g} to {hi:g}{unit}"
 """Canonical GPU metric name -> column of ``gpu_samples``."""
 
 NODE_TRACE_METRICS: tuple[str, ...] = (

@@ -29,7 +29,7 @@ from collector.flatten import (
     metric_kind,
     resource_attrs,
 )
-from collector.metrics import MAX_ABS_VALUE
+from collector.metrics import MAX_ABS_VALUE, bounds
 
 _DATA = {5: "gauge", 7: "sum", 9: "histogram"}  # Metric fields; others have no layout
 _HIST_STATS = {4: "count", 5: "sum", 11: "min", 12: "max"}  # HistogramDataPoint fixed64 fields
@@ -143,11 +143,13 @@ class Layout:
     """Where one request layout's timestamps and values lie, and where each goes in a batch."""
 
     def __init__(self, *, body: bytes, blanks: list[int], ts: list[int],
-                 cells: list[tuple[int, int, int]], gpu: list[tuple[int, int]],
-                 row_point: list[int], row_entity: list[int], point_series: list[int],
-                 entities: list[Entity], series: list[SeriesRef]) -> None:
+                 cells: list[tuple[int, int, int]], limits: list[tuple[float, float]],
+                 gpu: list[tuple[int, int]], row_point: list[int], row_entity: list[int],
+                 point_series: list[int], entities: list[Entity],
+                 series: list[SeriesRef]) -> None:
         """``cells``: (point, payload offset, dtype) of each value, GPU cells first, one
-        ``gpu`` (row, column) each; the rest are narrow points, one ``point_series`` each."""
+        ``gpu`` (row, column) each; the rest are narrow points, one ``point_series`` each.
+        ``limits``: the bounds each cell's value must lie within (its metric's)."""
         self.size = len(body)
         self.blanks = _gather(blanks).ravel()
         self.head = body[:min(blanks)]
@@ -157,6 +159,7 @@ class Layout:
         self.ts = _gather(ts)
         self.n_points = len(ts)
         self.cell_point = np.asarray([c[0] for c in cells], dtype=np.intp)
+        self.lo, self.hi = np.asarray(limits, dtype=np.float64).reshape(-1, 2).T
         self.groups = []
         for dtype in _DTYPES:
             which = [i for i, c in enumerate(cells) if c[2] == dtype]
@@ -196,7 +199,7 @@ class Layout:
         for dtype, cells, payload in self.groups:
             raw = buf[payload].view(_DTYPES[dtype])[:, 0]
             values[cells] = raw + 0.0 if dtype == _NUMBER_F8 else raw
-        if not (np.abs(values) <= MAX_ABS_VALUE).all():  # NaN, inf or out of range
+        if not ((values >= self.lo) & (values <= self.hi)).all():  # NaN, inf or out of range
             return None
         row_ts_ns = ts_ns[self.row_point]
         n = self.n_gpu
@@ -246,6 +249,8 @@ def _build(body: bytes, request: ExportMetricsServiceRequest,
     f = Flattener(now=now, max_future_s=max_future_s, cache=FlattenCache())
     ts: list[int] = []
     gpu_cells: list[tuple[int, int, int]] = []
+    gpu_limits: list[tuple[float, float]] = []
+    narrow_limits: list[tuple[float, float]] = []
     gpu: list[tuple[int, int]] = []
     rows: dict[int, int] = {}  # entity position -> row
     row_point: list[int] = []
@@ -286,6 +291,7 @@ def _build(body: bytes, request: ExportMetricsServiceRequest,
                         for k, pos in zip(sorted(p.values), positions, strict=True):
                             narrow_cells.append(
                                 (point, p.values[k], _COUNT if k == 4 else _STAT_F8))
+                            narrow_limits.append((-MAX_ABS_VALUE, MAX_ABS_VALUE))
                             point_series.append(pos)
                         continue
                     if family == "xid" or len(p.values) != 1:
@@ -297,6 +303,7 @@ def _build(body: bytes, request: ExportMetricsServiceRequest,
                         return None
                     if col is None:
                         narrow_cells.append(cell)
+                        narrow_limits.append(bounds(name))
                         point_series.append(at)
                         continue
                     row = rows.get(at)
@@ -304,12 +311,14 @@ def _build(body: bytes, request: ExportMetricsServiceRequest,
                         row = rows[at] = len(row_point)
                         row_point.append(point)
                     gpu_cells.append(cell)
+                    gpu_limits.append(bounds(name))
                     gpu.append((row, col))
     if next(walked, None) is not None or not ts:
         return None
     if len(set(gpu)) < len(gpu) or len(set(point_series)) < len(point_series):
         return None  # a series sent twice in one request: the general path keeps the last
-    return Layout(body=body, blanks=blanks, ts=ts, cells=gpu_cells + narrow_cells, gpu=gpu,
+    return Layout(body=body, blanks=blanks, ts=ts, cells=gpu_cells + narrow_cells,
+                  limits=gpu_limits + narrow_limits, gpu=gpu,
                   row_point=row_point, row_entity=list(rows), point_series=point_series,
                   entities=f.batch.entities, series=f.batch.series)
 

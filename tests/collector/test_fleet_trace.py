@@ -102,25 +102,28 @@ def _set_cell(path: Path, line: int, col: str, value: str) -> None:
 
 def test_values_no_sensor_reads_are_read_as_missing_and_named(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # An exporter may write inf for a reading it lost, or garbage far beyond any sensor. OTLP
-    # ingest refuses such points one by one; a trace drops those cells alone, says where, and
-    # keeps every other value (before, an inf temperature raised alerts on every node).
+    # An exporter may write inf for a reading it lost, a sentinel (DCGM's blank for a float
+    # field is 2**47), or garbage far beyond any sensor. OTLP ingest refuses such points one by
+    # one; a trace drops those cells alone, says where, and keeps every other value (before, an
+    # inf temperature raised alerts on every node, and so did the blank).
     write_trace(tmp_path, small_trace())
     plain = read_trace(tmp_path)
     _set_cell(tmp_path / "gpu.csv.gz", 5, "gpu.temperature", "inf")
     _set_cell(tmp_path / "gpu.csv.gz", 9, "gpu.temperature", "-Infinity")
     _set_cell(tmp_path / "gpu.csv.gz", 7, "gpu.ecc.sbe", "1e300")
+    _set_cell(tmp_path / "gpu.csv.gz", 11, "gpu.temperature", str(2**47))
+    _set_cell(tmp_path / "gpu.csv.gz", 12, "gpu.ecc.sbe", str(2**63 - 16))  # a 64-bit blank
     _set_cell(tmp_path / "links.csv.gz", 3, "net.link.bandwidth", "-inf")
     with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
         trace = read_trace(tmp_path)
     said = "\n".join(r.getMessage() for r in caplog.records)
-    assert ("gpu.csv.gz: column 'gpu.temperature' has 2 value(s) that are not finite or beyond "
-            "+-3.4e+38 (the first inf on line 5); read as missing") in said
-    assert "column 'gpu.ecc.sbe' has 1 value(s)" in said and "1e+300 on line 7" in said
+    assert ("gpu.csv.gz: column 'gpu.temperature' has 3 value(s) that are not finite or outside "
+            "-60 to 250 C (the first inf on line 5); read as missing") in said
+    assert "column 'gpu.ecc.sbe' has 2 value(s)" in said and "1e+300 on line 7" in said
     assert "links.csv.gz: column 'net.link.bandwidth' has 1 value(s)" in said
     lost = trace.gpu.isna() & plain.gpu.notna()
     assert lost.sum().to_dict() == {**dict.fromkeys(plain.gpu.columns, 0),
-                                    "gpu.temperature": 2, "gpu.ecc.sbe": 1}
+                                    "gpu.temperature": 3, "gpu.ecc.sbe": 2}
     pd.testing.assert_frame_equal(trace.gpu[~lost.any(axis=1)], plain.gpu[~lost.any(axis=1)])
     assert trace.links["net.link.bandwidth"].isna().sum() == 1
     assert trace.links["net.link.latency"].equals(plain.links["net.link.latency"])

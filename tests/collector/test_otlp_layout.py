@@ -53,18 +53,22 @@ def test_a_repeated_layout_is_read_into_the_same_rows_as_the_general_path() -> N
     assert len(gpu) == 4 and len(points) == 2 + 2 * 4 + 1
 
 
-@pytest.mark.parametrize(("value", "ts_offset_s", "message"), [
-    (float("nan"), 0.0, "gpu.temperature: value nan is not finite"),
-    (float("inf"), 0.0, "gpu.temperature: value inf is not finite"),
-    (-1e39, 0.0, "gpu.temperature: value -1e+39 is out of range"),
-    (60.0, 86405.0, "is 86400 s in the future"),
+@pytest.mark.parametrize(("metric", "value", "ts_offset_s", "message"), [
+    (0, float("nan"), 0.0, "gpu.temperature: value nan is not finite"),
+    (0, float("inf"), 0.0, "gpu.temperature: value inf is not finite"),
+    (0, -1e39, 0.0, "gpu.temperature: value -1e+39 is out of range"),
+    # DCGM's blank for a float field: a layout that checked finiteness alone stored it.
+    (0, float(2**47), 0.0,
+     "gpu.temperature: value 1.40737e+14 is out of range (-60 to 250 C): no sensor reads it"),
+    (3, -1.0, 0.0, "train.step.duration: value -1 is out of range (0 to 604800 s)"),
+    (0, 60.0, 86405.0, "is 86400 s in the future"),
 ])
 def test_a_bad_point_in_a_known_layout_is_rejected_alone_with_its_reason(
-        value: float, ts_offset_s: float, message: str) -> None:
+        metric: int, value: float, ts_offset_s: float, message: str) -> None:
     cache = OtlpCache()
     _learned(cache)
     b = _request(NOW - 5)
-    dp = b.scope.metrics[0].gauge.data_points[1]
+    dp = b.scope.metrics[metric].gauge.data_points[1]
     dp.as_double = value
     dp.time_unix_nano += int(ts_offset_s * 1e9)
     batch = _read(b.bytes(), cache)

@@ -198,15 +198,18 @@ def test_out_of_order_rows_give_the_same_alerts() -> None:
                                   run(trace, RulesModel()).alerts)
 
 
-def test_cli_backtest_reads_past_values_no_sensor_reads(tmp_path: Path, cli: typer.Typer) -> None:
-    # A few lost readings written as inf (1 in 100 temperatures) once made the shipped model
-    # alert on every node of a healthy fleet; read as missing, they change no alert.
+@pytest.mark.parametrize("lost_as", [float("inf"), float(2**47)])
+def test_cli_backtest_reads_past_values_no_sensor_reads(tmp_path: Path, cli: typer.Typer,
+                                                        lost_as: float) -> None:
+    # A few lost readings written as inf, or as DCGM's blank for a float field (2**47), 1 in 100
+    # temperatures, once made the shipped model alert on every node of a healthy fleet (116
+    # alert rows here for the blank); read as missing, they change no alert.
     clean, lossy = tmp_path / "clean", tmp_path / "lossy"
     trace = make_trace(Spec(seed=21, hours=3))
     write_trace(clean, trace)
     gpu = trace.gpu.copy()
     lost = np.random.default_rng(0).random(len(gpu)) < 0.01
-    gpu.loc[lost, "gpu.temperature"] = float("inf")
+    gpu.loc[lost, "gpu.temperature"] = lost_as
     write_trace(lossy, type(trace)(meta=trace.meta, gpu=gpu, node=trace.node, links=trace.links,
                                    events=trace.events))
     alerts = {}
