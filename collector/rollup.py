@@ -110,10 +110,19 @@ def _newest_raw_ts(conn: Connection) -> float | None:
     return max(found) if found else None
 
 
-def _first_raw_ts(conn: Connection, kept: float) -> float | None:
-    """The oldest raw point not rolled up yet (or a little before it)."""
-    lows = [conn.execute(text(f"SELECT MIN(ts) FROM {t}")).scalar() for t in
-            ("gpu_samples", "points")]
+def _first_raw_ts(conn: Connection, kept: float, since: float | None = None) -> float | None:
+    """The oldest raw point not rolled up yet (or a little before it); with ``since``, the oldest
+    at or after it."""
+    if since is None:
+        lows = [conn.execute(text(f"SELECT MIN(ts) FROM {t}")).scalar() for t in
+                ("gpu_samples", "points")]
+    else:  # per entity and series through their keys: a bare MIN(ts) would scan everything
+        lows = [conn.execute(text(q), {"t": since}).scalar() for q in (
+            "SELECT MIN((SELECT MIN(g.ts) FROM gpu_samples g WHERE g.entity_id = e.id "
+            "AND g.ts >= :t)) FROM entities e",
+            "SELECT MIN((SELECT MIN(p.ts) FROM points p WHERE p.series_id = s.id "
+            "AND p.ts >= :t)) FROM series s")]
+        kept = max(kept, since)
     if conn.dialect.name != "sqlite":
         # Per series, its chunks by key up to the first one that reaches the watermark.
         chunk = conn.execute(text(
@@ -122,6 +131,11 @@ def _first_raw_ts(conn: Connection, kept: float) -> float | None:
         lows.append(None if chunk is None else max(float(chunk), kept))
     found = [float(v) for v in lows if v is not None]
     return min(found) if found else None
+
+
+def _minute(ts: float) -> float:
+    """The start of the minute ``ts`` lies in."""
+    return math.floor(ts / 60.0) * 60.0
 
 
 def _set_state(conn: Connection, name: str, value: float) -> None:
@@ -141,7 +155,7 @@ def roll_up_and_expire(store: Store, *, now: float, raw_retention_s: float,
         kept = raw_kept_from(conn)
         newest = _newest_raw_ts(conn)
     reference = now if newest is None else min(now, newest)
-    cutoff = math.floor((reference - raw_retention_s) / 60.0) * 60.0
+    cutoff = _minute(reference - raw_retention_s)
     rolled = 0
     first = None
     if newest is not None and cutoff > kept:
@@ -152,7 +166,7 @@ def roll_up_and_expire(store: Store, *, now: float, raw_retention_s: float,
     if first is not None and first < cutoff:
         # From the oldest raw point, not from the watermark: late or imported points older
         # than it are rolled up too (merged into their minutes) instead of lingering.
-        lo = math.floor(first / 60.0) * 60.0
+        lo = _minute(first)
         while lo < cutoff:
             hi = min(cutoff, lo + WINDOW_S)
             with store.writer.transaction() as conn:
@@ -165,8 +179,14 @@ def roll_up_and_expire(store: Store, *, now: float, raw_retention_s: float,
                     conn.execute(text(f"DELETE FROM {table} WHERE ts < :hi"), {"hi": hi})
                 if not store.is_sqlite:
                     conn.execute(text(_DELETE_CHUNKS), {"hi": hi})
-                _set_state(conn, "raw_kept_from", max(kept, hi))
-            lo = hi
+                to = hi
+                if not len(stats):
+                    # A gap in the raw data: go to its end at once, not through it a window at a
+                    # time (a point from a clock a year off once held maintenance for 52,560).
+                    after = _first_raw_ts(conn, kept, since=hi)
+                    to = cutoff if after is None else max(hi, min(cutoff, _minute(after)))
+                _set_state(conn, "raw_kept_from", max(kept, to))
+            lo = to
     horizon = reference - rollup_retention_s
     with store.writer.transaction() as conn:
         n_rollups = conn.execute(text("DELETE FROM rollups WHERE ts < :t"), {"t": horizon})
