@@ -103,7 +103,7 @@ class DemoConfig:
 def _sigterm_unwinds() -> Iterator[None]:
     """SIGTERM (``timeout``, a scheduler, a closed CI job) unwinds like Ctrl-C, so that the
     service, the torchrun agents and the temporary directory go with the demo instead of being
-    left running. (Nothing can be done on SIGKILL.)"""
+    left running. (A SIGKILL runs nothing here: ``trainer.exit_with_parent`` stops them then.)"""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set a handler; its caller owns the signals
         return
@@ -205,8 +205,9 @@ class Demo:
                "FORESHOCK_ALERT_TIME_COMPRESSION": str(self.config.alert_time_compression),
                "FORESHOCK_EXTERNAL_URL": f"http://127.0.0.1:{port}"}
         log = (work / "serve.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "api", "serve", "--db", self.db_url,
-                                 "--port", str(port), "--log-level", "warning"],
+        proc = subprocess.Popen([sys.executable, "-m", "trainer.exit_with_parent", "api", "serve",
+                                 "--db", self.db_url, "--port", str(port),
+                                 "--log-level", "warning"],
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         url = f"http://127.0.0.1:{port}"

@@ -103,7 +103,7 @@ class ElasticCluster:
     def command(self, node: str) -> list[str]:
         c = self.config
         # torchrun's own log directory defaults to a /tmp/torchelastic_* it never removes.
-        return [sys.executable, "-m", "torch.distributed.run",
+        return [sys.executable, "-m", "trainer.exit_with_parent", "torch.distributed.run",
                 f"--log-dir={self.log_dir / 'torchelastic' / node}",
                 f"--nnodes={c.min_nodes}:{len(c.nodes)}", f"--nproc-per-node={c.nproc_per_node}",
                 f"--max-restarts={c.max_restarts}", f"--monitor-interval={c.monitor_interval_s}",

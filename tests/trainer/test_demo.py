@@ -4,8 +4,10 @@ nodes losing no step. Nothing is left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,17 +20,21 @@ import pytest
 pytestmark = pytest.mark.timeout(240)
 
 
-def _leftovers() -> list[str]:
-    """Processes whose command line names a demo's temporary directory."""
-    found = []
+def _leftover_procs() -> dict[int, str]:
+    """Processes whose command line names a demo's temporary directory, by pid."""
+    found = {}
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if "foreshock-demo-" in text:
-            found.append(text)
+            found[int(cmdline.parent.name)] = text
     return found
+
+
+def _leftovers() -> list[str]:
+    return list(_leftover_procs().values())
 
 
 def _demo_dirs() -> set[str]:
@@ -100,6 +106,37 @@ def test_a_terminated_demo_takes_its_service_and_agents_with_it() -> None:
         time.sleep(0.2)
     assert _leftovers() == []
     assert _demo_dirs() - before == set()
+
+
+@pytest.mark.usefixtures("one_torchrun_job")
+def test_a_killed_demo_leaves_no_service_or_agent_running() -> None:
+    # SIGKILL runs nothing in the demo (the OOM killer, kill -9): its service and three torchrun
+    # agents used to run on, orphaned. Each now sees its parent gone and stops itself.
+    before = _demo_dirs()
+    proc = subprocess.Popen([sys.executable, "-m", "api", "demo"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            seen.append(line)
+            if "agents launched" in line:
+                break
+        assert len(_leftovers()) >= 4, "".join(seen)  # the service and the three agents
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 20  # a liveness bound: a second to notice, then shutdown
+        while _leftovers() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _leftovers() == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _leftover_procs():  # what the old code left: not for the next test to meet
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for name in _demo_dirs() - before:  # nothing removes the killed demo's directory
+            shutil.rmtree(Path(tempfile.gettempdir()) / name, ignore_errors=True)
 
 
 def test_demo_refuses_a_scenario_that_cannot_work() -> None:
