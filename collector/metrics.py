@@ -53,15 +53,19 @@ DURATION_MAX = 7 * 86400.0
 """Longest step, collective or kernel: a week (a hung one times out long before)."""
 
 _BOUNDS: dict[str, tuple[float, float]] = {
-    "1": (0.0, 1.0),  # ratios and 0/1 flags (metrics.md: not percent)
-    "C": (-60.0, 250.0),  # colder than any machine room, or hotter than a die survives
-    "W": (0.0, 10_000.0),  # a GB300 superchip draws 1.4 kW
-    "MHz": (0.0, 10_000.0),  # SM clocks run near 2 GHz
+    "1": (0.0, 100.0),  # ratios and 0/1 flags, or percent
+    "C": (-273.15, 1000.0),  # below absolute zero, or hotter than any die survives, in C or K
+    "W": (0.0, 1e7),  # a GB300 superchip draws 1.4 kW: 1.4e6 in NVML's milliwatts
+    "MHz": (0.0, 1e5),  # SM clocks run near 2 GHz
     "count": (-COUNT_MAX, COUNT_MAX),
     "s": (0.0, DURATION_MAX),
-    "bytes/s": (0.0, 1e14),  # 100 TB/s, 50x an NVLink 5 GPU's
+    "bytes/s": (0.0, 1e14),  # 100 TB/s, 50x an NVLink 5 GPU's (or 12x, read as bits)
 }
-"""Bounds by unit (``MetricSpec.bounds``), loose enough for any hardware of the next years."""
+"""Bounds by unit (``MetricSpec.bounds``). Loose enough for any hardware of the next years and
+for the unit a writer most often confuses with the one metrics.md gives (percent for a ratio,
+kelvin for Celsius, milliwatts for watts, as NVML reports them): the features read changes and
+peers, which such a trace keeps, so its values are kept too. DCGM's blanks (2**31 - 16 and up)
+for a temperature, a power, a clock or a ratio lie beyond them."""
 
 
 def _m(name: str, unit: str, kind: Kind, help_: str,

@@ -118,7 +118,7 @@ def test_values_no_sensor_reads_are_read_as_missing_and_named(
         trace = read_trace(tmp_path)
     said = "\n".join(r.getMessage() for r in caplog.records)
     assert ("gpu.csv.gz: column 'gpu.temperature' has 3 value(s) that are not finite or outside "
-            "-60 to 250 C (the first inf on line 5); read as missing") in said
+            "-273.15 to 1000 C (the first inf on line 5); read as missing") in said
     assert "column 'gpu.ecc.sbe' has 2 value(s)" in said and "1e+300 on line 7" in said
     assert "links.csv.gz: column 'net.link.bandwidth' has 1 value(s)" in said
     lost = trace.gpu.isna() & plain.gpu.notna()
@@ -127,6 +127,20 @@ def test_values_no_sensor_reads_are_read_as_missing_and_named(
     pd.testing.assert_frame_equal(trace.gpu[~lost.any(axis=1)], plain.gpu[~lost.any(axis=1)])
     assert trace.links["net.link.bandwidth"].isna().sum() == 1
     assert trace.links["net.link.latency"].equals(plain.links["net.link.latency"])
+
+
+def test_values_in_a_unit_often_written_for_the_one_named_are_kept(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Kelvin for Celsius, NVML's milliwatts for watts, percent for a ratio: wrong units, but the
+    # features read changes and peers, which such a trace keeps. Only what no sensor reads goes.
+    trace = small_trace()
+    gpu = trace.gpu.assign(**{"gpu.temperature": trace.gpu["gpu.temperature"] + 273.15,
+                              "gpu.power": 700_000.0, "gpu.utilization": 97.0})
+    write_trace(tmp_path, dataclasses.replace(trace, gpu=gpu))
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        read = read_trace(tmp_path)
+    assert caplog.records == []
+    pd.testing.assert_frame_equal(read.gpu[gpu.columns], gpu, check_dtype=False)
 
 
 @pytest.mark.parametrize(("file", "line", "col", "value", "says"), [

@@ -59,8 +59,9 @@ def test_histograms_become_sum_count_min_max_and_xid_becomes_an_event() -> None:
     ([(NOW, float("inf"), {"gpu": 0})], "gpu.temperature: value inf is not finite"),
     ([(NOW, 1e39, {"gpu": 0})], "gpu.temperature: value 1e+39 is out of range"),
     ([(NOW, float(2**47), {"gpu": 0})],  # DCGM's blank for a float field
-     "gpu.temperature: value 1.40737e+14 is out of range (-60 to 250 C): no sensor reads it"),
-    ([(NOW, -61.0, {"gpu": 0})], "gpu.temperature: value -61 is out of range (-60 to 250 C)"),
+     "gpu.temperature: value 1.40737e+14 is out of range (-273.15 to 1000 C): no sensor reads it"),
+    ([(NOW, -300.0, {"gpu": 0})],
+     "gpu.temperature: value -300 is out of range (-273.15 to 1000 C)"),
     ([(NOW + 86400, 50.0, {"gpu": 0})], "is 86400 s in the future"),
     ([(NOW, 50.0, {"gpu": "zero"})], "attribute 'gpu' must be a non-negative integer"),
     ([(NOW, 50.0, {"gpu": 1.5})], "attribute 'gpu' must be a non-negative integer"),
@@ -79,7 +80,7 @@ def test_each_canonical_metric_has_its_own_bounds_and_other_metrics_any_finite_v
     b.gauge("train.step.duration", [(NOW, 1.5, {}), (NOW + 1, -0.5, {})])
     b.gauge("net.link.bandwidth", [(NOW, 2.5e10, {"peer": "n2"}), (NOW + 1, 1e15, {"peer": "n2"})])
     b.sum("gpu.ecc.sbe", [(NOW, -12.0, {"gpu": 0}), (NOW + 1, 2.0**63 - 16, {"gpu": 0})])
-    b.gauge("gpu.utilization", [(NOW, 0.97, {"gpu": 0}), (NOW + 1, 97.0, {"gpu": 0})])
+    b.gauge("gpu.utilization", [(NOW, 0.97, {"gpu": 0}), (NOW + 1, 2.0**31 - 16, {"gpu": 0})])
     b.gauge("my.queue.depth", [(NOW, -1e30, {})])  # not in metrics.md: any finite value
     batch = _flat(b)
     assert (batch.accepted, batch.rejected) == (5, 4)
@@ -88,7 +89,7 @@ def test_each_canonical_metric_has_its_own_bounds_and_other_metrics_any_finite_v
                  "net.link.bandwidth: value 1e+15 is out of range (0 to 1e+14 bytes/s)",
                  "gpu.ecc.sbe: value 9.22337e+18 is out of range (-9.0072e+15 to 9.0072e+15 "
                  "count)",
-                 "gpu.utilization: value 97 is out of range (0 to 1)"):
+                 "gpu.utilization: value 2.14748e+09 is out of range (0 to 100)"):
         assert text in said, said
 
 

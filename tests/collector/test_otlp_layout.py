@@ -59,7 +59,7 @@ def test_a_repeated_layout_is_read_into_the_same_rows_as_the_general_path() -> N
     (0, -1e39, 0.0, "gpu.temperature: value -1e+39 is out of range"),
     # DCGM's blank for a float field: a layout that checked finiteness alone stored it.
     (0, float(2**47), 0.0,
-     "gpu.temperature: value 1.40737e+14 is out of range (-60 to 250 C): no sensor reads it"),
+     "gpu.temperature: value 1.40737e+14 is out of range (-273.15 to 1000 C): no sensor reads it"),
     (3, -1.0, 0.0, "train.step.duration: value -1 is out of range (0 to 604800 s)"),
     (0, 60.0, 86405.0, "is 86400 s in the future"),
 ])
