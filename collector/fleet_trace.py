@@ -19,6 +19,7 @@ from collector.metrics import (
     NODE_TRACE_METRICS,
     bounds,
     range_text,
+    suggest,
 )
 
 FORMAT = "fleet-trace/1"
@@ -141,12 +142,20 @@ def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFr
     # gpu.csv.gz may carry extra gpu.* metrics NVML exposes (metrics.md allows them). Any other
     # column no reader uses (a job id, a free-text message, a metric of a newer exporter) is
     # left out with a warning rather than refusing a trace whose every used column is sound.
-    unknown = [c for c in df.columns if c not in known
-               and not (file == "gpu.csv.gz" and c.startswith("gpu."))]
+    # A metric misspelled, or named as DCGM names it, leaves its signal out of every feature:
+    # the warning says what the column most likely meant.
+    lacking = [m for m in _METRICS[file] if m not in df.columns]
+    advice = {c: suggest(str(c), lacking) for c in df.columns if c not in known}
+    unknown = [c for c in advice if not (file == "gpu.csv.gz" and str(c).startswith("gpu."))]
     if unknown:
         log.warning("%s: ignoring column(s) %s (fleet-trace/1 defines no such column there)",
-                    path, ", ".join(map(str, unknown)))
+                    path, ", ".join(f"{c} ({advice[c]})" if advice[c] else str(c)
+                                    for c in unknown))
         df = df.drop(columns=unknown)
+    for col, text in advice.items():
+        if text and col not in unknown:
+            log.warning("%s: column %r is kept as an extra metric that no feature reads; %s",
+                        path, col, text)
     for col in df.columns:
         if col in ("node", "src", "dst", "kind"):
             df[col] = df[col].fillna("").astype(str)

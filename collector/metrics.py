@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -151,6 +153,53 @@ NODE_TRACE_METRICS: tuple[str, ...] = (
 """The columns of a fleet trace's ``node.csv.gz`` after ``ts,node``."""
 
 LINK_TRACE_METRICS: tuple[str, ...] = ("net.link.bandwidth", "net.link.latency")
+
+DCGM_FIELDS: dict[str, tuple[str, str]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("gpu.utilization", "name the column gpu.utilization, a ratio: "
+                             "DCGM's percent over 100"),
+    "DCGM_FI_DEV_FB_USED": ("gpu.memory.used", "name the column gpu.memory.used, in bytes: "
+                            "DCGM's MiB times 1048576"),
+    "DCGM_FI_DEV_GPU_TEMP": ("gpu.temperature", ""),
+    "DCGM_FI_DEV_MEMORY_TEMP": ("gpu.memory.temperature", ""),
+    "DCGM_FI_DEV_POWER_USAGE": ("gpu.power", ""),
+    "DCGM_FI_DEV_SM_CLOCK": ("gpu.clock.sm", ""),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": (
+        "gpu.throttle.thermal", "a bit mask: write gpu.throttle.thermal as 1 where 0x20 or 0x40 "
+        "is set, gpu.throttle.power where 0x04 or 0x80 is"),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("gpu.ecc.sbe", ""),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("gpu.ecc.dbe", ""),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("gpu.rows.remapped.correctable", ""),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("gpu.rows.remapped.uncorrectable", ""),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("gpu.rows.remap.pending", ""),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("gpu.pcie.replay", ""),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("gpu.nvlink.crc_errors", ""),
+    "DCGM_FI_DEV_XID_ERRORS": ("gpu.xid", "events, not a column: one row of events.csv per XID, "
+                               "kind xid"),
+}
+"""dcgm-exporter's field -> the canonical metric carrying the same quantity (metrics.md's DCGM
+column), and what to do where more than a rename is needed."""
+
+
+def _spelling(name: str) -> str:
+    return name.lower().replace("_", ".").replace("-", ".")
+
+
+def suggest(column: str, among: Iterable[str]) -> str | None:
+    """Advice for a column no reader uses that most likely meant a metric of ``among`` (those
+    its file could have and lacks): DCGM's name for it, or a near spelling; None otherwise."""
+    among = list(among)
+    dcgm = DCGM_FIELDS.get(column.upper())
+    if dcgm is not None and (dcgm[0] in among or dcgm[0] == XID.name):
+        return f"DCGM's field for {dcgm[0]}: {dcgm[1] or f'name the column {dcgm[0]}'}"
+    keys: dict[str, str] = {}
+    for name in among:  # the whole name first, then without its family, then its last part
+        keys.setdefault(_spelling(name), name)
+    for part in (lambda n: n.split(".", 1)[-1], lambda n: n.rsplit(".", 1)[-1]):
+        for name in among:
+            keys.setdefault(_spelling(part(name)), name)
+    found = difflib.get_close_matches(_spelling(column), list(keys), n=1, cutoff=0.8)
+    return f"did you mean {keys[found[0]]}?" if found else None
+
 
 # Entity attributes (metrics.md): every point carries job and node, the rest where they apply.
 ENTITY_ATTRIBUTES: tuple[str, ...] = ("job", "node", "rank", "gpu", "gpu.uuid", "peer")

@@ -57,6 +57,36 @@ def test_columns_no_reader_uses_are_left_out_with_a_warning_naming_them(
     assert list(trace.gpu.columns) == [*plain.gpu.columns, "gpu.fan.speed"]
 
 
+def _rename(path: Path, **names: str) -> None:
+    df = pd.read_csv(path, dtype={"node": str, "src": str, "dst": str})
+    df.rename(columns=names).to_csv(path, index=False)
+
+
+def test_a_metric_misspelled_or_named_as_dcgm_names_it_is_named_with_what_it_meant(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A trace made from a dcgm-exporter dump, or by hand: before, DCGM_FI_DEV_GPU_TEMP was
+    # ignored like a job id, gpu.ecc_sbe kept without a word as an extra NVML metric, and the
+    # model read no temperature and no ECC errors.
+    write_trace(tmp_path, small_trace())
+    _rename(tmp_path / "gpu.csv.gz", **{"gpu.temperature": "DCGM_FI_DEV_GPU_TEMP",
+                                        "gpu.ecc.sbe": "gpu.ecc_sbe"})
+    _rename(tmp_path / "links.csv.gz", **{"net.link.bandwidth": "bandwidth"})
+    _add_column(tmp_path / "gpu.csv.gz", DCGM_FI_DEV_FB_USED=60_000, **{"gpu.energy": 1e6})
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        trace = read_trace(tmp_path)
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert ("gpu.csv.gz: ignoring column(s) DCGM_FI_DEV_GPU_TEMP (DCGM's field for "
+            "gpu.temperature: name the column gpu.temperature), DCGM_FI_DEV_FB_USED (DCGM's field "
+            "for gpu.memory.used: name the column gpu.memory.used, in bytes: DCGM's MiB times "
+            "1048576)") in said
+    assert ("gpu.csv.gz: column 'gpu.ecc_sbe' is kept as an extra metric that no feature reads; "
+            "did you mean gpu.ecc.sbe?") in said
+    assert "links.csv.gz: ignoring column(s) bandwidth (did you mean net.link.bandwidth?)" in said
+    assert "gpu.energy" not in said  # an NVML metric with no near name is kept as it is
+    assert "gpu.temperature" not in trace.gpu.columns  # advice, not a guess
+    assert {"gpu.ecc_sbe", "gpu.energy"} <= set(trace.gpu.columns)
+
+
 def test_event_and_failure_kinds_are_read_whatever_their_case(tmp_path: Path) -> None:
     # An exporter that writes "XID" (or " Gpu") means what fleet-trace/1 spells "xid": read as
     # another kind, its XIDs were silently not XIDs, and a backtest of our generator's fleet
