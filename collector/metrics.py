@@ -33,7 +33,7 @@ class MetricSpec:
     bounds: tuple[float, float] = (-MAX_ABS_VALUE, MAX_ABS_VALUE)
     """The values a working sensor or probe can report, both ends inclusive. A value outside is
     no reading (a sentinel such as DCGM's blanks, 2**47 for a float field and 2**31 - 16 for a
-    32-bit one, or a unit mix-up): OTLP ingest rejects the point and a fleet trace reads it as
+    32-bit one, or garbage): OTLP ingest rejects the point and a fleet trace reads it as
     missing, since the predictor would read it as the worst GPU it ever saw."""
 
     @property
@@ -128,6 +128,7 @@ CANONICAL: dict[str, MetricSpec] = {
     m.name: m for m in (*GPU_METRICS, XID, *TRAIN_METRICS, *NET_METRICS, RISK)
 }
 GPU_COLUMNS: dict[str, str] = {m.name: m.column for m in GPU_METRICS}
+"""Canonical GPU metric name -> column of ``gpu_samples``."""
 
 
 def bounds(name: str) -> tuple[float, float]:
@@ -138,12 +139,11 @@ def bounds(name: str) -> tuple[float, float]:
 
 
 def range_text(name: str) -> str:
-    """``bounds(name)`` for a message: ``-60 to 250 C``."""
+    """``bounds(name)`` for a message: ``-273.15 to 1000 C``."""
     lo, hi = bounds(name)
     spec = CANONICAL.get(name)
     unit = f" {spec.unit}" if spec is not None and spec.unit != "1" else ""
     return f"{lo:g} to {hi:g}{unit}"
-"""Canonical GPU metric name -> column of ``gpu_samples``."""
 
 NODE_TRACE_METRICS: tuple[str, ...] = (
     "train.step.duration",

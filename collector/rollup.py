@@ -110,19 +110,15 @@ def _newest_raw_ts(conn: Connection) -> float | None:
     return max(found) if found else None
 
 
-def _first_raw_ts(conn: Connection, kept: float, since: float | None = None) -> float | None:
-    """The oldest raw point not rolled up yet (or a little before it); with ``since``, the oldest
-    at or after it."""
-    if since is None:
-        lows = [conn.execute(text(f"SELECT MIN(ts) FROM {t}")).scalar() for t in
-                ("gpu_samples", "points")]
-    else:  # per entity and series through their keys: a bare MIN(ts) would scan everything
-        lows = [conn.execute(text(q), {"t": since}).scalar() for q in (
-            "SELECT MIN((SELECT MIN(g.ts) FROM gpu_samples g WHERE g.entity_id = e.id "
-            "AND g.ts >= :t)) FROM entities e",
-            "SELECT MIN((SELECT MIN(p.ts) FROM points p WHERE p.series_id = s.id "
-            "AND p.ts >= :t)) FROM series s")]
-        kept = max(kept, since)
+def _first_raw_ts(conn: Connection, kept: float, since: float = -math.inf) -> float | None:
+    """The oldest raw point at or after ``since`` not rolled up yet (or a little before it)."""
+    # Per entity and series through their keys: a bare MIN(ts) would scan everything.
+    lows = [conn.execute(text(q), {"t": since}).scalar() for q in (
+        "SELECT MIN((SELECT MIN(g.ts) FROM gpu_samples g WHERE g.entity_id = e.id "
+        "AND g.ts >= :t)) FROM entities e",
+        "SELECT MIN((SELECT MIN(p.ts) FROM points p WHERE p.series_id = s.id "
+        "AND p.ts >= :t)) FROM series s")]
+    kept = max(kept, since)
     if conn.dialect.name != "sqlite":
         # Per series, its chunks by key up to the first one that reaches the watermark.
         chunk = conn.execute(text(
