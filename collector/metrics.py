@@ -98,7 +98,9 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
 )
 """Sampled GPU metrics, stored one column each in the wide ``gpu_samples`` table."""
 
-XID = _m("gpu.xid", "1", "event", "an XID event reported by the driver", (0.0, MAX_INT))
+# Its value is a code, not a ratio: where one is read, it must be a whole number from 0.
+XID = _m("gpu.xid", "1", "event", "an XID event reported by the driver",
+         (-MAX_ABS_VALUE, MAX_ABS_VALUE))
 
 SBE_RATE_XID_PER_MIN = 10.0
 """Corrected (single-bit) ECC errors within ``SBE_RATE_WINDOW_S`` at which the driver logs XID

@@ -17,30 +17,24 @@ import runpy
 import signal
 import sys
 import threading
+import time
 
 POLL_S = 1.0
 """How often the parent is looked for."""
 
 
-def watch(parent: int, *, poll_s: float = POLL_S) -> threading.Thread:
-    """A daemon thread that sends this process SIGTERM once its parent is no longer ``parent``."""
-
-    def run() -> None:
-        stop = threading.Event()
-        while not stop.wait(poll_s):
-            if os.getppid() != parent:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-
-    thread = threading.Thread(target=run, name="exit-with-parent", daemon=True)
-    thread.start()
-    return thread
+def _watch(parent: int) -> None:
+    """Send this process SIGTERM once its parent is no longer ``parent`` (a daemon thread's)."""
+    while os.getppid() == parent:
+        time.sleep(POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def main() -> None:
     if len(sys.argv) < 2:
         sys.exit("usage: python -m trainer.exit_with_parent MODULE [ARG...]")
-    watch(os.getppid())
+    threading.Thread(target=_watch, args=(os.getppid(),), name="exit-with-parent",
+                     daemon=True).start()
     sys.argv = sys.argv[1:]
     runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -80,38 +81,10 @@ def test_demo_flags_drains_and_resumes_losing_no_step(tmp_path: Path) -> None:
     assert not drained_for_real.exists()  # the shell's scheduler command was never run
 
 
-@pytest.mark.usefixtures("one_torchrun_job")
-def test_a_terminated_demo_takes_its_service_and_agents_with_it() -> None:
-    # SIGTERM is how timeout(1), a scheduler or a cancelled CI job stops a command; it used to
-    # kill the demo outright and leave its service and three torchrun agents running.
-    before = _demo_dirs()
-    proc = subprocess.Popen([sys.executable, "-m", "api", "demo"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    seen = []
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            seen.append(line)
-            if "agents launched" in line:
-                break
-        assert _leftovers(), "".join(seen)  # the service and the agents are running
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM
-    deadline = time.monotonic() + 15  # a liveness bound: workers exit just after their agents
-    while _leftovers() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _leftovers() == []
-    assert _demo_dirs() - before == set()
-
-
-@pytest.mark.usefixtures("one_torchrun_job")
-def test_a_killed_demo_leaves_no_service_or_agent_running() -> None:
-    # SIGKILL runs nothing in the demo (the OOM killer, kill -9): its service and three torchrun
-    # agents used to run on, orphaned. Each now sees its parent gone and stops itself.
+@contextlib.contextmanager
+def _launched_demo() -> Iterator[subprocess.Popen[str]]:
+    """``foreshock demo`` once its service and three torchrun agents run. Whatever is left of it
+    afterwards, processes or directories, is removed so that no later test meets it."""
     before = _demo_dirs()
     proc = subprocess.Popen([sys.executable, "-m", "api", "demo"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
@@ -123,20 +96,47 @@ def test_a_killed_demo_leaves_no_service_or_agent_running() -> None:
             if "agents launched" in line:
                 break
         assert len(_leftovers()) >= 4, "".join(seen)  # the service and the three agents
-        proc.kill()
-        proc.wait(10)
-        deadline = time.monotonic() + 20  # a liveness bound: a second to notice, then shutdown
-        while _leftovers() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _leftovers() == []
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in _leftover_procs():  # what the old code left: not for the next test to meet
+        for pid in _leftover_procs():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        for name in _demo_dirs() - before:  # nothing removes the killed demo's directory
+        for name in _demo_dirs() - before:
             shutil.rmtree(Path(tempfile.gettempdir()) / name, ignore_errors=True)
+
+
+def _leftovers_after(seconds: float) -> list[str]:
+    """``_leftovers()`` once none is left or ``seconds`` have passed (a liveness bound)."""
+    deadline = time.monotonic() + seconds
+    while _leftovers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _leftovers()
+
+
+@pytest.mark.usefixtures("one_torchrun_job")
+def test_a_terminated_demo_takes_its_service_and_agents_with_it() -> None:
+    # SIGTERM is how timeout(1), a scheduler or a cancelled CI job stops a command; it used to
+    # kill the demo outright and leave its service and three torchrun agents running.
+    before = _demo_dirs()
+    with _launched_demo() as proc:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert _leftovers_after(15) == []  # workers exit just after their agents
+        assert _demo_dirs() - before == set()
+
+
+@pytest.mark.usefixtures("one_torchrun_job")
+def test_a_killed_demo_leaves_no_service_or_agent_running() -> None:
+    # SIGKILL runs nothing in the demo (the OOM killer, kill -9): its service and three torchrun
+    # agents used to run on, orphaned. Each now sees its parent gone and stops itself. Only its
+    # temporary directory stays, which nothing can remove.
+    with _launched_demo() as proc:
+        proc.kill()
+        proc.wait(10)
+        assert _leftovers_after(20) == []  # a second to notice, then each one's shutdown
 
 
 def test_demo_refuses_a_scenario_that_cannot_work() -> None:
