@@ -133,6 +133,16 @@ def read_csv_file(path: Path, *, dtype: dict[str, type]) -> pd.DataFrame:
 def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFrame:
     try:
         df = read_csv_file(path, dtype={"node": str, "src": str, "dst": str, "kind": str})
+    except pd.errors.EmptyDataError as exc:
+        # Not even a header: a writer that had no rows for an optional file. Refusing the trace
+        # for it would leave a whole fleet unscored; gpu.csv.gz has to hold something.
+        if file == "gpu.csv.gz":
+            raise TraceFormatError(path, "is empty: it needs a header (ts,node,gpu, then gpu.* "
+                                   "metrics of metrics.md) and rows") from exc
+        header = ",".join((*_KEYS[file], *_METRICS[file]))
+        log.warning("%s: empty, not even a header: read as no rows (write the header %s to "
+                    "say so)", path, header)
+        return empty_frame(file)
     except (OSError, ValueError, EOFError) as exc:  # pandas raises ParserError (a ValueError)
         raise TraceFormatError(path, f"cannot be read as CSV: {exc}") from exc
     missing = [c for c in _KEYS[file] if c not in df.columns]

@@ -35,6 +35,30 @@ def test_a_trace_without_an_event_log_reads_as_one_and_an_empty_log_as_no_events
     assert read_trace(tmp_path / "quiet").gpu.equals(bare.gpu)
 
 
+def test_an_optional_file_with_nothing_in_it_reads_as_no_rows(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A writer with no XIDs, probes or step times may leave the file without even a header.
+    # That refused the whole trace ("No columns to parse from file"), so a backtest scored
+    # nothing of a fleet for want of rows it does not need; gpu.csv.gz must still hold some.
+    write_trace(tmp_path, small_trace())
+    plain = read_trace(tmp_path)
+    (tmp_path / "events.csv").write_bytes(b"")
+    (tmp_path / "links.csv.gz").write_bytes(gzip.compress(b"\n"))
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        trace = read_trace(tmp_path)
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert ("events.csv: empty, not even a header: read as no rows (write the header "
+            "ts,node,gpu,kind,code to say so)") in said
+    assert "links.csv.gz: empty, not even a header" in said
+    assert trace.events_exported and len(trace.events) == 0  # a log kept, with nothing in it
+    assert len(trace.links) == 0
+    pd.testing.assert_frame_equal(trace.gpu, plain.gpu)
+    pd.testing.assert_frame_equal(trace.node, plain.node)
+    (tmp_path / "gpu.csv.gz").write_bytes(gzip.compress(b""))
+    with pytest.raises(TraceFormatError, match=r"gpu.csv.gz: is empty: it needs a header"):
+        read_trace(tmp_path)
+
+
 def test_columns_no_reader_uses_are_left_out_with_a_warning_naming_them(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # A trace from another exporter may carry a job id or a newer metric: every column the
