@@ -178,7 +178,7 @@ def roll_up_and_expire(store: Store, *, now: float, raw_retention_s: float,
                 to = hi
                 if not len(stats):
                     # A gap in the raw data: go to its end at once, not through it a window at a
-                    # time (a point from a clock a year off once held maintenance for 52,560).
+                    # time (a point from a clock a year off once took 52,560 windows, 66 s).
                     after = _first_raw_ts(conn, kept, since=hi)
                     to = cutoff if after is None else max(hi, min(cutoff, _minute(after)))
                 _set_state(conn, "raw_kept_from", max(kept, to))
