@@ -179,10 +179,14 @@ def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFr
             bad_rows &= df["kind"].fillna("").astype(str) == "xid"
         if bad_rows.any():
             row = int(bad_rows.to_numpy().argmax()) + 2  # 1-based, after the header line
-            raise TraceFormatError(
-                path, f"column {col!r} has a non-numeric value {df[col][bad_rows].iloc[0]!r} "
-                f"on line {row}"
-            )
+            first = df[col][bad_rows].iloc[0]
+            if col in _KEYS[file]:
+                raise TraceFormatError(
+                    path, f"column {col!r} has a non-numeric value {first!r} on line {row}")
+            # A reading written as text (nvidia-smi's "[N/A]" or "[Not Supported]") is a value
+            # no sensor read, like inf: missing, and the rest of the file stands.
+            log.warning("%s: column %r has %d value(s) that are not numbers (the first %r on "
+                        "line %d); read as missing", path, col, int(bad_rows.sum()), first, row)
         df[col] = converted
     if df["ts"].isna().any():
         raise TraceFormatError(path, "column 'ts' has empty values")

@@ -168,6 +168,8 @@ def test_values_no_sensor_reads_are_read_as_missing_and_named(
     _set_cell(tmp_path / "gpu.csv.gz", 11, "gpu.temperature", str(2**47))
     _set_cell(tmp_path / "gpu.csv.gz", 12, "gpu.ecc.sbe", str(2**63 - 16))  # a 64-bit blank
     _set_cell(tmp_path / "links.csv.gz", 3, "net.link.bandwidth", "-inf")
+    _set_cell(tmp_path / "links.csv.gz", 4, "net.link.latency", "[Not Supported]")  # nvidia-smi
+    _set_cell(tmp_path / "links.csv.gz", 6, "net.link.latency", "[N/A]")
     with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
         trace = read_trace(tmp_path)
     said = "\n".join(r.getMessage() for r in caplog.records)
@@ -179,8 +181,12 @@ def test_values_no_sensor_reads_are_read_as_missing_and_named(
     assert lost.sum().to_dict() == {**dict.fromkeys(plain.gpu.columns, 0),
                                     "gpu.temperature": 3, "gpu.ecc.sbe": 2}
     pd.testing.assert_frame_equal(trace.gpu[~lost.any(axis=1)], plain.gpu[~lost.any(axis=1)])
+    assert ("links.csv.gz: column 'net.link.latency' has 2 value(s) that are not numbers (the "
+            "first '[Not Supported]' on line 4); read as missing") in said
     assert trace.links["net.link.bandwidth"].isna().sum() == 1
-    assert trace.links["net.link.latency"].equals(plain.links["net.link.latency"])
+    latency = trace.links["net.link.latency"]
+    assert latency.isna().tolist() == [i in (2, 4) for i in range(len(latency))]
+    assert latency.dropna().equals(plain.links["net.link.latency"].drop([2, 4]))
 
 
 def test_values_in_a_unit_often_written_for_the_one_named_are_kept(
@@ -208,6 +214,9 @@ def test_values_in_a_unit_often_written_for_the_one_named_are_kept(
     ("events.csv", 2, "gpu", "-inf", "column 'gpu' has -inf on line 2"),
     ("events.csv", 3, "code", "79.5", "column 'code' has 79.5 on line 3, which is not an XID "
                                       "code"),
+    # A metric written as text reads as missing; a key cannot be guessed.
+    ("gpu.csv.gz", 4, "ts", "[N/A]", "column 'ts' has a non-numeric value '[N/A]' on line 4"),
+    ("gpu.csv.gz", 5, "gpu", "GPU-3", "column 'gpu' has a non-numeric value 'GPU-3' on line 5"),
 ])
 def test_times_gpu_indices_and_xid_codes_that_cannot_be_are_refused_naming_the_line(
         tmp_path: Path, file: str, line: int, col: str, value: str, says: str) -> None:
