@@ -305,9 +305,13 @@ def read_meta(root: Path) -> TraceMeta:
         raise TraceFormatError(path, f"is not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise TraceFormatError(path, "must hold a JSON object")
-    if raw.get("format") != FORMAT:
-        raise TraceFormatError(
-            path, f"field 'format' is {raw.get('format')!r}, expected {FORMAT!r}")
+    fmt = raw.get("format")
+    if fmt is None:
+        # The rest of the file says which fields it has; a writer that left out only the
+        # format's name should not lose its whole trace for it.
+        log.warning("%s: no field 'format': read as %s", path, FORMAT)
+    elif fmt != FORMAT and not str(fmt).startswith(FORMAT + "."):  # a minor version reads too
+        raise TraceFormatError(path, f"field 'format' is {fmt!r}, expected {FORMAT!r}")
     for key in ("start", "end", "interval_s", "nodes", "gpus_per_node"):
         if key not in raw:
             raise TraceFormatError(path, f"missing field {key!r}")

@@ -59,6 +59,32 @@ def test_an_optional_file_with_nothing_in_it_reads_as_no_rows(
         read_trace(tmp_path)
 
 
+@pytest.mark.parametrize(("fmt", "read"), [
+    (None, True), ("fleet-trace/1.0", True), ("fleet-trace/1.2", True),
+    ("fleet-trace/2", False), ("fleet-trace/10", False), ("parquet", False)])
+def test_meta_json_names_its_format_or_a_minor_version_of_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, fmt: str | None, read: bool) -> None:
+    # Before, a meta.json without 'format', or with fleet-trace/1.0, refused the whole trace.
+    write_trace(tmp_path / "named", small_trace())
+    write_trace(tmp_path, small_trace())
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    meta.pop("format")
+    (tmp_path / "meta.json").write_text(json.dumps(meta if fmt is None else {**meta,
+                                                                            "format": fmt}))
+    if not read:
+        with pytest.raises(TraceFormatError,
+                           match=f"field 'format' is '{fmt}', expected 'fleet-trace/1'"):
+            read_trace(tmp_path)
+        return
+    with caplog.at_level(logging.WARNING, logger="foreshock.trace"):
+        trace = read_trace(tmp_path)
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert ("no field 'format': read as fleet-trace/1" in said) == (fmt is None)
+    named = read_trace(tmp_path / "named")
+    assert trace.meta == named.meta
+    pd.testing.assert_frame_equal(trace.gpu, named.gpu)
+
+
 def test_columns_no_reader_uses_are_left_out_with_a_warning_naming_them(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # A trace from another exporter may carry a job id or a newer metric: every column the
