@@ -187,7 +187,7 @@ def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFr
             # no sensor read, like inf: missing, and the rest of the file stands.
             log.warning("%s: column %r has %d value(s) that are not numbers (the first %r on "
                         "line %d); read as missing", path, col, int(bad_rows.sum()), first, row)
-        df[col] = converted
+        df[col] = converted if col in _KEYS[file] else _within_bounds(path, col, converted)
     if df["ts"].isna().any():
         raise TraceFormatError(path, "column 'ts' has empty values")
     _refuse(path, df, "ts", ~np.isfinite(df["ts"]), "is not a finite time (Unix seconds)")
@@ -205,23 +205,27 @@ def _read_csv(path: Path, file: str, meta: TraceMeta | None = None) -> pd.DataFr
         xid = (df["kind"] == "xid").to_numpy()
         whole = np.isnan(code) | (np.isfinite(code) & (code == np.round(code)))
         _refuse(path, df, "code", xid & ~whole, "is not an XID code (a whole number)")
-    # Like OTLP ingest, a value no sensor reads (inf, a sentinel, beyond the metric's bounds) is
-    # dropped, not the trace: it reads as missing, as a gap would, and the rest of the file stands.
-    for col in df.columns.difference(list(_KEYS[file])):
-        v = df[col].to_numpy(dtype=np.float64)
-        lo, hi = bounds(col)
-        bad = ~(np.isnan(v) | ((v >= lo) & (v <= hi)))
-        if bad.any():
-            first = int(bad.argmax())
-            log.warning("%s: column %r has %d value(s) that are not finite or outside %s (the "
-                        "first %.15g on line %d); read as missing", path, col, int(bad.sum()),
-                        range_text(col), v[first], int(df.index[first]) + 2)
-            df.loc[bad, col] = np.nan
     if meta is not None:
         df = _near(path, df, meta)
         _unlisted_nodes(path, df, meta)
     # Out-of-order rows are legal input; every consumer wants them in time order.
     return df.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def _within_bounds(path: Path, col: str, values: pd.Series) -> pd.Series:
+    """A metric column's ``values`` with those no sensor reads (inf, a sentinel, beyond the
+    metric's bounds) read as missing, as OTLP ingest rejects them: as a gap would, and the rest
+    of the file stands."""
+    v = values.to_numpy(dtype=np.float64)
+    lo, hi = bounds(col)
+    bad = ~(np.isnan(v) | ((v >= lo) & (v <= hi)))
+    if not bad.any():
+        return values
+    first = int(bad.argmax())
+    log.warning("%s: column %r has %d value(s) that are not finite or outside %s (the first "
+                "%.15g on line %d); read as missing", path, col, int(bad.sum()), range_text(col),
+                v[first], int(values.index[first]) + 2)
+    return values.mask(bad)
 
 
 def _near(path: Path, df: pd.DataFrame, meta: TraceMeta) -> pd.DataFrame:
