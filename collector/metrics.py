@@ -11,6 +11,8 @@ MAX_ABS_VALUE = 3.4e38
 """Largest magnitude a stored value may have, from OTLP or a fleet trace: no telemetry comes near
 it, and PostgreSQL keeps the bounded GPU gauges as float4, which would turn a larger value into
 infinity."""
+ANY_VALUE: tuple[float, float] = (-MAX_ABS_VALUE, MAX_ABS_VALUE)
+"""The bounds of a metric the catalogue bounds no further: whatever the store keeps."""
 MAX_INT = 2**31 - 1
 """Largest rank or GPU index the store's integer columns hold (a GPU index at all, in practice)."""
 
@@ -30,7 +32,7 @@ class MetricSpec:
     """How the value behaves over time."""
     help: str
     """One line for humans (Prometheus HELP, panel descriptions)."""
-    bounds: tuple[float, float] = (-MAX_ABS_VALUE, MAX_ABS_VALUE)
+    bounds: tuple[float, float] = ANY_VALUE
     """The values a working sensor or probe can report, both ends inclusive. A value outside is
     no reading (a sentinel such as DCGM's blanks, 2**47 for a float field and 2**31 - 16 for a
     32-bit one, or garbage): OTLP ingest rejects the point and a fleet trace reads it as
@@ -73,7 +75,7 @@ for a temperature, a power, a clock or a ratio lie beyond them."""
 def _m(name: str, unit: str, kind: Kind, help_: str,
        bounds: tuple[float, float] | None = None) -> MetricSpec:
     if bounds is None:
-        bounds = _BOUNDS.get(unit, (-MAX_ABS_VALUE, MAX_ABS_VALUE))
+        bounds = _BOUNDS.get(unit, ANY_VALUE)
     return MetricSpec(name=name, unit=unit, kind=kind, help=help_, bounds=bounds)
 
 
@@ -99,8 +101,7 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
 """Sampled GPU metrics, stored one column each in the wide ``gpu_samples`` table."""
 
 # Its value is a code, not a ratio: where one is read, it must be a whole number from 0.
-XID = _m("gpu.xid", "1", "event", "an XID event reported by the driver",
-         (-MAX_ABS_VALUE, MAX_ABS_VALUE))
+XID = _m("gpu.xid", "1", "event", "an XID event reported by the driver", ANY_VALUE)
 
 SBE_RATE_XID_PER_MIN = 10.0
 """Corrected (single-bit) ECC errors within ``SBE_RATE_WINDOW_S`` at which the driver logs XID
@@ -137,7 +138,7 @@ def bounds(name: str) -> tuple[float, float]:
     """The values metric ``name`` may take: its ``MetricSpec.bounds``, or the store's whole range
     for a metric the catalogue does not name."""
     spec = CANONICAL.get(name)
-    return spec.bounds if spec is not None else (-MAX_ABS_VALUE, MAX_ABS_VALUE)
+    return spec.bounds if spec is not None else ANY_VALUE
 
 
 def range_text(name: str) -> str:

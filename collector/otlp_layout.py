@@ -29,7 +29,7 @@ from collector.flatten import (
     metric_kind,
     resource_attrs,
 )
-from collector.metrics import MAX_ABS_VALUE, bounds
+from collector.metrics import ANY_VALUE, bounds
 
 _DATA = {5: "gauge", 7: "sum", 9: "histogram"}  # Metric fields; others have no layout
 _HIST_STATS = {4: "count", 5: "sum", 11: "min", 12: "max"}  # HistogramDataPoint fixed64 fields
@@ -291,7 +291,7 @@ def _build(body: bytes, request: ExportMetricsServiceRequest,
                         for k, pos in zip(sorted(p.values), positions, strict=True):
                             narrow_cells.append(
                                 (point, p.values[k], _COUNT if k == 4 else _STAT_F8))
-                            narrow_limits.append((-MAX_ABS_VALUE, MAX_ABS_VALUE))
+                            narrow_limits.append(ANY_VALUE)
                             point_series.append(pos)
                         continue
                     if family == "xid" or len(p.values) != 1:
