@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import get_settings, get_store, require_ingest_token
 from api.settings import Settings
-from collector.otlp import JSON, PROTOBUF, OtlpCache, OtlpDecodeError, read_batch
+from collector.otlp import JSON, PROTOBUF, OtlpCache, OtlpDecodeError, TimeWindow, read_batch
 from collector.store import Store
 from collector.writer import StoreUnavailableError, WriteResult
 
@@ -88,8 +88,9 @@ async def _read_body(request: Request, *, limit: int, gzipped: bool) -> bytes:
 def _store_request(body: bytes, media: str, settings: Settings, store: Store,
                    cache: OtlpCache) -> WriteResult:
     try:
-        batch = read_batch(body, media, now=time.time(), max_future_s=settings.max_future_s,
-                           cache=cache)
+        window = TimeWindow(time.time(), max_future_s=settings.max_future_s,
+                            max_age_s=settings.rollup_retention_s)
+        batch = read_batch(body, media, window=window, cache=cache)
     except OtlpDecodeError as exc:
         raise IngestError(400, str(exc), 3) from exc
     try:
@@ -116,7 +117,8 @@ def _cache(request: Request) -> OtlpCache:
     response_class=Response,
     responses={
         200: {"description": "ExportMetricsServiceResponse; partial_success counts rejected "
-                             "points (NaN/inf values, far-future timestamps, bad attributes, "
+                             "points (NaN/inf values, far-future timestamps or ones older "
+                             "than rollup_retention_s, bad attributes, "
                              "series over the per-job limit)."},
         400: {"description": "Malformed protobuf/JSON or gzip (google.rpc.Status)."},
         401: {"description": "FORESHOCK_INGEST_TOKEN is set and the bearer token is missing."},

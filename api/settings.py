@@ -38,7 +38,9 @@ class Settings(BaseSettings):
     raw_retention_s: float = Field(
         7 * 86400.0, gt=0, description="How long raw points are kept before only rollups remain.")
     rollup_retention_s: float = Field(
-        90 * 86400.0, gt=0, description="How long 1-minute rollups are kept.")
+        90 * 86400.0, gt=0, description="How long 1-minute rollups are kept; OTLP points older "
+        "than this are refused (the next pass would drop them), so a sender whose clock is off "
+        "is told.")
     maintenance_interval_s: float = Field(
         60.0, gt=0, description="How often rollups and retention run.")
     compact_after_s: float = Field(

@@ -290,17 +290,17 @@ def _telemetry(t: Template, *, requests: int, t0_ns: int, seed: int) -> NDArray[
 
 def check_fast_path(t0_ns: int) -> None:
     """Fail unless the service would read the benchmark's requests through a learned layout."""
-    from collector.otlp import OtlpCache, read_batch
+    from collector.otlp import OtlpCache, TimeWindow, read_batch
 
     t = Template(0)
     bodies = t.bodies(_telemetry(t, requests=4, t0_ns=t0_ns, seed=0))
     cache, now = OtlpCache(), time.time()
     for body in bodies[:3]:
-        batch = read_batch(body, "application/x-protobuf", now=now, max_future_s=300,
+        batch = read_batch(body, "application/x-protobuf", window=TimeWindow(now, max_future_s=300),
                            cache=cache)
         if batch.rejected:
             raise SystemExit(f"the service rejects {batch.rejected} benchmark points")
-    if cache.layouts.read(bodies[3], now=now, max_future_s=300) is None:
+    if cache.layouts.read(bodies[3], window=TimeWindow(now, max_future_s=300)) is None:
         raise SystemExit("benchmark requests miss the layout fast path (collector/otlp_layout)")
 
 

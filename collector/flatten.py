@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -25,6 +26,46 @@ _STALE = b"no recorded value"  # memo marker of a point flagged FLAG_NO_RECORDED
 
 class RejectedPoint(ValueError):
     """One data point cannot be stored; the message names the metric and what was wrong."""
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+class TimeWindow:
+    """The times a point may carry: no older than ``max_age_s`` before ``now`` (a point the
+    store would drop at its next pass) and no further than ``max_future_s`` after it.
+
+    ``earliest_ns`` and ``latest_ns`` bound ``time_unix_nano``, both included; 0 ("no time") is
+    always outside.
+    """
+
+    __slots__ = ("earliest_ns", "latest_ns", "max_age_s", "max_future_s", "now")
+
+    def __init__(self, now: float, *, max_future_s: float, max_age_s: float = math.inf) -> None:
+        self.now = now
+        self.max_future_s = max_future_s
+        self.max_age_s = max_age_s
+        self.latest_ns = int((now + max_future_s) * 1e9)
+        self.earliest_ns = max(1, int((now - max_age_s) * 1e9)) if math.isfinite(max_age_s) else 1
+
+    def reject(self, ts_ns: int, metric: str) -> str:
+        """Why ``ts_ns``, outside the window, is refused."""
+        if ts_ns <= 0:
+            return f"{metric}: data point has no time_unix_nano"
+        ts = ts_ns / 1e9
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+        if ts_ns > self.latest_ns:
+            return (f"{metric}: timestamp {ts:.3f} ({when}) is {ts - self.now:.0f} s in the "
+                    f"future, more than max_future_s={self.max_future_s:g}: check the sender's "
+                    "clock")
+        return (f"{metric}: timestamp {ts:.3f} ({when}) is {_age(self.now - ts)} old; the store "
+                f"keeps {_age(self.max_age_s)} (rollup_retention_s) and would drop it: check the "
+                "sender's clock")
 
 
 def _attr(kv: object) -> tuple[str, object]:
@@ -64,20 +105,13 @@ def _int_attr(attrs: dict[str, object], key: str, metric: str) -> int | None:
 class Flattener:
     """Sorts the points of one request into a batch; ``cache`` remembers earlier requests."""
 
-    def __init__(self, *, now: float, max_future_s: float, cache: FlattenCache) -> None:
+    def __init__(self, *, window: TimeWindow, cache: FlattenCache) -> None:
         self.batch = Batch()
-        self.now = now
-        self.latest_ok_ns = int((now + max_future_s) * 1e9)
+        self.window = window
         self.cache = cache
         self.new_entries = 0
         # (resource, metric or family) -> attribute bytes -> position in this batch
         self.memo: dict[tuple[int, str], dict[bytes, int | str | bytes]] = {}
-
-    def reject_ts(self, ts_ns: int, metric: str) -> str:
-        if ts_ns <= 0:
-            return f"{metric}: data point has no time_unix_nano"
-        ts = ts_ns / 1e9
-        return f"{metric}: timestamp {ts:.3f} is {ts - self.now:.0f} s in the future"
 
     def entity(self, resource: dict[str, object], dp: object, metric: str,
                family: str) -> tuple[Entity, dict[str, object]]:
@@ -145,7 +179,7 @@ class Flattener:
         memo_key = (rpos, "gpu" if col is not None else name + "\0" + kind + "\0" + unit)
         memo = self.memo.setdefault(memo_key, {})
         known = self.cache.memo(memo_key)
-        latest_ok = self.latest_ok_ns
+        earliest_ok, latest_ok = self.window.earliest_ns, self.window.latest_ns
         lo, hi = bounds(name)
         gpu, out, isfinite = batch.gpu, batch.points, math.isfinite
         accepted = 0
@@ -170,7 +204,8 @@ class Flattener:
                 pos = memo[key] = (_STALE if dp.flags & _NO_RECORDED_VALUE
                                    else self.position(ref))
             # value - value is 0.0 exactly when the value is finite (NaN and inf give NaN).
-            if (pos.__class__ is not int or value - value != 0.0 or not 0 < ts_ns <= latest_ok
+            if (pos.__class__ is not int or value - value != 0.0
+                    or not earliest_ok <= ts_ns <= latest_ok
                     or not lo <= value <= hi):
                 if pos is _STALE:
                     continue  # a staleness marker, not a value
@@ -182,7 +217,7 @@ class Flattener:
                     batch.reject(f"{name}: value {value:g} is out of range "
                                  f"({range_text(name)}): no sensor reads it")
                 else:
-                    batch.reject(self.reject_ts(ts_ns, name))
+                    batch.reject(self.window.reject(ts_ns, name))
                 continue
             ts = ts_ns / 1e9
             if col is not None:
@@ -213,7 +248,8 @@ class Flattener:
         # attribute bytes (+ the stats present when not all are) -> positions of the stats
         memo: dict[bytes, tuple[int, ...] | str] = {}
         full = ("count", "sum") if kind == "summary" else ("count", "sum", "min", "max")
-        batch, out, latest_ok = self.batch, self.batch.points, self.latest_ok_ns
+        batch, out = self.batch, self.batch.points
+        earliest_ok, latest_ok = self.window.earliest_ns, self.window.latest_ns
         accepted = 0
         for dp in points:  # type: ignore[attr-defined]
             if dp.flags & _NO_RECORDED_VALUE:
@@ -233,8 +269,8 @@ class Flattener:
                     batch.reject(f"{name}: {kind} {bad[0]} is not finite")
                     continue
             ts_ns = dp.time_unix_nano
-            if not 0 < ts_ns <= latest_ok:
-                batch.reject(self.reject_ts(ts_ns, name))
+            if not earliest_ok <= ts_ns <= latest_ok:
+                batch.reject(self.window.reject(ts_ns, name))
                 continue
             attr_key = b"".join([kv.SerializeToString() for kv in dp.attributes])
             mkey = attr_key if names is full else attr_key + b"\0" + "|".join(names).encode()
@@ -341,11 +377,12 @@ def metric_kind(metric: object, which: str) -> str:
     return "delta_histogram" if temporality == 1 else "histogram"
 
 
-def flatten(request: ExportMetricsServiceRequest, *, now: float, max_future_s: float,
+def flatten(request: ExportMetricsServiceRequest, *, window: TimeWindow,
             cache: FlattenCache | None = None) -> Batch:
-    """Every data point of ``request`` sorted into a :class:`Batch` (bad ones rejected)."""
+    """Every data point of ``request`` sorted into a :class:`Batch` (bad ones rejected, among
+    them those whose time lies outside ``window``)."""
     cache = cache or FlattenCache()
-    f = Flattener(now=now, max_future_s=max_future_s, cache=cache)
+    f = Flattener(window=window, cache=cache)
     for rm in request.resource_metrics:
         rpos = cache.resource_id(rm.resource.SerializeToString())
         resource, bad_resource = resource_attrs(rm)

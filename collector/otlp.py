@@ -17,11 +17,11 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 # Re-exported: modules outside the receiver (trace_io, tests) import these names from here.
 from collector.batch import GPU_INDEX, N_GPU, Batch, Entity, SeriesRef, entity_key
-from collector.flatten import FlattenCache, RejectedPoint, flatten
+from collector.flatten import FlattenCache, RejectedPoint, TimeWindow, flatten
 from collector.otlp_layout import LayoutCache, learn
 
 __all__ = ["GPU_INDEX", "JSON", "N_GPU", "PROTOBUF", "Batch", "Entity", "FlattenCache",
-           "OtlpCache", "OtlpDecodeError", "RejectedPoint", "SeriesRef", "decode",
+           "OtlpCache", "OtlpDecodeError", "RejectedPoint", "SeriesRef", "TimeWindow", "decode",
            "entity_key", "flatten", "read_batch"]
 
 PROTOBUF = "application/x-protobuf"
@@ -57,7 +57,7 @@ def decode(body: bytes, content_type: str) -> ExportMetricsServiceRequest:
     return request
 
 
-def read_batch(body: bytes, content_type: str, *, now: float, max_future_s: float,
+def read_batch(body: bytes, content_type: str, *, window: TimeWindow,
                cache: OtlpCache) -> Batch:
     """Every data point of an OTLP/HTTP body sorted into a :class:`Batch` (bad ones rejected).
 
@@ -65,13 +65,13 @@ def read_batch(body: bytes, content_type: str, *, now: float, max_future_s: floa
     """
     protobuf = content_type != JSON
     if protobuf:
-        batch = cache.layouts.read(body, now=now, max_future_s=max_future_s)
+        batch = cache.layouts.read(body, window=window)
         if batch is not None:
             return batch
     request = decode(body, content_type)
-    batch = flatten(request, now=now, max_future_s=max_future_s, cache=cache.flatten)
+    batch = flatten(request, window=window, cache=cache.flatten)
     if protobuf and cache.layouts.should_learn(body):
-        layout = learn(body, request, batch, now=now, max_future_s=max_future_s)
+        layout = learn(body, request, batch, window=window)
         if layout is not None:
             cache.layouts.add(layout)
     return batch

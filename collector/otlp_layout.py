@@ -25,6 +25,7 @@ from collector.batch import GPU_INDEX, N_GPU, Batch, Columns, Entity, SeriesRef
 from collector.flatten import (
     FlattenCache,
     Flattener,
+    TimeWindow,
     metric_family,
     metric_kind,
     resource_attrs,
@@ -182,7 +183,7 @@ class Layout:
         self.nbytes = (self.size + self.blanks.nbytes + self.ts.nbytes
                        + sum(g[1].nbytes + g[2].nbytes for g in self.groups))
 
-    def read(self, body: bytes, *, now: float, max_future_s: float) -> Batch | None:
+    def read(self, body: bytes, *, window: TimeWindow) -> Batch | None:
         """``body`` flattened through this layout, or None if it does not fit or needs the
         general path (some point would be rejected)."""
         buf = np.frombuffer(body, np.uint8)
@@ -193,7 +194,7 @@ class Layout:
         if masked.tobytes() != self.skeleton:
             return None
         ts_ns = buf[self.ts].view("<u8")[:, 0]
-        if ts_ns.min() <= 0 or int(ts_ns.max()) > int((now + max_future_s) * 1e9):
+        if int(ts_ns.min()) < window.earliest_ns or int(ts_ns.max()) > window.latest_ns:
             return None
         values = np.empty(len(self.cell_point))
         for dtype, cells, payload in self.groups:
@@ -221,8 +222,8 @@ class Layout:
                      accepted=self.n_points)
 
 
-def learn(body: bytes, request: ExportMetricsServiceRequest, batch: Batch, *, now: float,
-          max_future_s: float) -> Layout | None:
+def learn(body: bytes, request: ExportMetricsServiceRequest, batch: Batch, *,
+          window: TimeWindow) -> Layout | None:
     """The layout of ``body``, whose general-path result is ``batch``, or None if it has none.
 
     Only a request whose every point was accepted has one; the layout is checked to read
@@ -232,21 +233,21 @@ def learn(body: bytes, request: ExportMetricsServiceRequest, batch: Batch, *, no
         return None
     try:
         metrics, blanks = _walk(body)
-        layout = _build(body, request, metrics, blanks, now=now, max_future_s=max_future_s)
+        layout = _build(body, request, metrics, blanks, window=window)
     except (_NoLayout, IndexError):
         return None
     if layout is None or layout.n_points != batch.accepted:
         return None
-    read = layout.read(body, now=now, max_future_s=max_future_s)
+    read = layout.read(body, window=window)
     if read is None or read.rows_by_key() != batch.rows_by_key():
         return None
     return layout
 
 
 def _build(body: bytes, request: ExportMetricsServiceRequest,
-           metrics: list[tuple[str, list[_Point]]], blanks: list[int], *, now: float,
-           max_future_s: float) -> Layout | None:
-    f = Flattener(now=now, max_future_s=max_future_s, cache=FlattenCache())
+           metrics: list[tuple[str, list[_Point]]], blanks: list[int], *,
+           window: TimeWindow) -> Layout | None:
+    f = Flattener(window=window, cache=FlattenCache())
     ts: list[int] = []
     gpu_cells: list[tuple[int, int, int]] = []
     gpu_limits: list[tuple[float, float]] = []
@@ -333,7 +334,7 @@ class LayoutCache:
         self._sightings: dict[tuple[int, bytes], int] = {}
         self._bytes = 0
 
-    def read(self, body: bytes, *, now: float, max_future_s: float) -> Batch | None:
+    def read(self, body: bytes, *, window: TimeWindow) -> Batch | None:
         """``body`` flattened through a learned layout, or None."""
         by_head = self._layouts.get(len(body))
         if by_head is None:
@@ -341,7 +342,7 @@ class LayoutCache:
         for n in self._heads.get(len(body), ()):
             layout = by_head.get(body[:n])
             if layout is not None:
-                return layout.read(body, now=now, max_future_s=max_future_s)
+                return layout.read(body, window=window)
         return None
 
     def should_learn(self, body: bytes) -> bool:

@@ -61,12 +61,14 @@ def test_bad_points_are_counted_in_partial_success_and_the_rest_stored(client: T
     now = time.time()
     b = RequestBuilder(job="j", node="a").gauge("gpu.temperature", [
         (now, 60.0, {"gpu": 0}), (now, float("nan"), {"gpu": 1}),
-        (now + 7200, 61.0, {"gpu": 2}), (now, 62.0, {"gpu": "three"})])
+        (now + 7200, 61.0, {"gpu": 2}), (now, 62.0, {"gpu": "three"}),
+        (now - 400 * 86400, 63.0, {"gpu": 4})])
     r = client.post("/v1/metrics", content=json_format.MessageToJson(b.request), headers=JS)
     assert r.status_code == 200
     partial = r.json()["partialSuccess"]
-    assert partial["rejectedDataPoints"] == "3"
-    for reason in ("not finite", "in the future", "attribute 'gpu' must be"):
+    assert partial["rejectedDataPoints"] == "4"
+    for reason in ("not finite", "in the future", "attribute 'gpu' must be",
+                   "is 400 days old; the store keeps 90 days"):
         assert reason in partial["errorMessage"]
     assert _gpu_rows(client) == 1
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from collector.compact import WINDOW_S, compact_points
-from collector.otlp import flatten
+from collector.otlp import TimeWindow, flatten
 from collector.query import EntityFilter, latest, query_range
 from collector.rollup import roll_up_and_expire
 from collector.store import Store
@@ -54,7 +54,7 @@ def _write(store: Store, stamps: np.ndarray, *, seed: int = 0) -> None:
                                             {"peer": peer})])
             b.gauge("net.link.latency", [(float(ts), float(rng.uniform(1e-6, 1e-5)),
                                           {"peer": peer})])
-            batch = flatten(b.request, now=T0 + 1e6, max_future_s=0.0)
+            batch = flatten(b.request, window=TimeWindow(T0 + 1e6, max_future_s=0.0))
             assert batch.rejected == 0, batch.error_message()
             store.write(batch)
 
@@ -138,7 +138,7 @@ def test_a_point_written_again_or_late_is_read_once(pg_url: str) -> None:
     _write(store, stamps[30:31], seed=99)
     b = RequestBuilder(job="j", node="n0").gauge(
         "train.step.duration", [(float(stamps[400]) + 5.0, 7.5, {"rank": 0})], "s")
-    store.write(flatten(b.request, now=T0 + 1e6, max_future_s=0.0))
+    store.write(flatten(b.request, window=TimeWindow(T0 + 1e6, max_future_s=0.0)))
     expected = _reads(store)
 
     steps = [s for s in expected["raw"] if s[0] == "train.step.duration"]
@@ -189,7 +189,7 @@ def test_retention_rolls_up_compacted_points_once_and_drops_their_chunks(pg_url:
     assert again.rolled_up_rows == 0
     b = RequestBuilder(job="j", node="n0").gauge(
         "train.step.duration", [(float(stamps[5]) + 1.0, 9.0, {"rank": 0})], "s")
-    store.write(flatten(b.request, now=T0 + 1e6, max_future_s=0.0))
+    store.write(flatten(b.request, window=TimeWindow(T0 + 1e6, max_future_s=0.0)))
     assert compact_points(store, now=T0 + 1e6, settle_s=0.0).points == 0
     cutoff = roll_up_and_expire(store, now=newest, raw_retention_s=4800.0,
                                 rollup_retention_s=1e6).deleted_raw_before
@@ -238,7 +238,7 @@ def test_timestamps_that_ticks_cannot_hold_stay_raw(pg_url: str) -> None:
     b = RequestBuilder(job="j", node="n0").gauge(
         "train.step.duration", [(1000.0, 1.0, {"rank": 0}), (1000.1, 2.0, {"rank": 0}),
                                 (1000.5, 3.0, {"rank": 0})], "s")
-    store.write(flatten(b.request, now=T0, max_future_s=0.0))
+    store.write(flatten(b.request, window=TimeWindow(T0, max_future_s=0.0)))
     report = compact_points(store, now=T0, settle_s=0.0)
     assert report.points == 2 and _count(store, "SELECT count(*) FROM points") == 1
     [series] = query_range(store, metric="train.step.duration", where=EVERYTHING, start=0.0,

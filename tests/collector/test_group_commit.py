@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from collector.group_commit import GroupCommit
-from collector.otlp import flatten
+from collector.otlp import TimeWindow, flatten
 from collector.store import Store
 from tests.collector.otlp_builder import RequestBuilder, gpu_sample
 
@@ -74,8 +74,8 @@ def test_concurrent_requests_are_all_committed(store_url: str) -> None:
         b.gauge("train.step.duration", [(T0 + i, 1.0 + i, {"rank": i})], "s")
         shared = RequestBuilder(node="shared", job="j").gauge(
             ("gpu.temperature", "gpu.power")[i % 2], [(T0, 50.0 + i % 2, {"gpu": 0})])
-        a = store.write(flatten(b.request, now=now, max_future_s=60))
-        c = store.write(flatten(shared.request, now=now, max_future_s=60))
+        a = store.write(flatten(b.request, window=TimeWindow(now, max_future_s=60)))
+        c = store.write(flatten(shared.request, window=TimeWindow(now, max_future_s=60)))
         return a.accepted + c.accepted
 
     with ThreadPoolExecutor(8) as pool:

@@ -4,14 +4,22 @@ import time
 import pytest
 from google.protobuf import json_format
 
-from collector.otlp import GPU_INDEX, FlattenCache, OtlpDecodeError, decode, flatten
+from collector.otlp import (
+    GPU_INDEX,
+    FlattenCache,
+    OtlpDecodeError,
+    TimeWindow,
+    decode,
+    flatten,
+)
 from tests.collector.otlp_builder import RequestBuilder, gpu_sample
 
 NOW = time.time()
+KEPT_S = 90 * 86400.0  # the store's default rollup retention
 
 
 def _flat(b: RequestBuilder):
-    return flatten(b.request, now=NOW, max_future_s=300.0)
+    return flatten(b.request, window=TimeWindow(NOW, max_future_s=300.0, max_age_s=KEPT_S))
 
 
 def test_gpu_metrics_merge_into_one_row_per_gpu_and_time() -> None:
@@ -62,7 +70,12 @@ def test_histograms_become_sum_count_min_max_and_xid_becomes_an_event() -> None:
      "gpu.temperature: value 1.40737e+14 is out of range (-273.15 to 1000 C): no sensor reads it"),
     ([(NOW, -300.0, {"gpu": 0})],
      "gpu.temperature: value -300 is out of range (-273.15 to 1000 C)"),
-    ([(NOW + 86400, 50.0, {"gpu": 0})], "is 86400 s in the future"),
+    ([(NOW + 86400, 50.0, {"gpu": 0})], "is 86400 s in the future, more than max_future_s=300"),
+    # A sender whose clock is a year off: the store would drop the point at its next pass.
+    ([(NOW - 365 * 86400, 50.0, {"gpu": 0})],
+     "is 365 days old; the store keeps 90 days (rollup_retention_s) and would drop it: check "
+     "the sender's clock"),
+    ([(0.0, 50.0, {"gpu": 0})], "data point has no time_unix_nano"),
     ([(NOW, 50.0, {"gpu": "zero"})], "attribute 'gpu' must be a non-negative integer"),
     ([(NOW, 50.0, {"gpu": 1.5})], "attribute 'gpu' must be a non-negative integer"),
     ([(NOW, 50.0, {})], "missing the 'gpu' attribute"),
@@ -73,6 +86,21 @@ def test_bad_points_are_rejected_with_a_reason_and_the_rest_kept(points, message
     batch = _flat(b)
     assert (batch.accepted, batch.rejected) == (1, 1)
     assert message in batch.error_message()
+
+
+def test_points_inside_the_kept_window_are_accepted_to_its_edges() -> None:
+    b = RequestBuilder(job="j", node="n1")
+    b.gauge("gpu.temperature", [(NOW - KEPT_S + 60, 50.0, {"gpu": 0}),
+                                (NOW + 299, 51.0, {"gpu": 0}),
+                                (NOW - KEPT_S - 60, 52.0, {"gpu": 0})])
+    b.histogram("train.collective.duration", [(NOW - 89 * 86400, 2.0, 4, {"rank": 0}),
+                                              (NOW - 91 * 86400, 2.0, 4, {"rank": 0})])
+    batch = _flat(b)
+    assert (batch.accepted, batch.rejected) == (3, 2), batch.error_message()
+    assert batch.error_message().count("days old") == 2
+    assert "train.collective.duration: timestamp" in batch.error_message()
+    # Without a bound on age (a test or a tool replaying old data) every one of them is kept.
+    assert flatten(b.request, window=TimeWindow(NOW, max_future_s=300.0)).rejected == 0
 
 
 def test_each_canonical_metric_has_its_own_bounds_and_other_metrics_any_finite_value() -> None:
@@ -121,9 +149,9 @@ def test_a_shared_cache_gives_the_same_batch_as_a_cold_one() -> None:
     b = gpu_sample(NOW, gpus=3, job="j", node="n1")
     b.histogram("train.collective.duration", [(NOW, 2.0, 4, {"op": "all_reduce"})])
     b.gauge("app.x", [(NOW, 1.0, {"gpu": "bad"}), (NOW, 2.0, {"k": "v"})])
-    cold = flatten(b.request, now=NOW, max_future_s=300.0)
+    cold = flatten(b.request, window=TimeWindow(NOW, max_future_s=300.0))
     for _ in range(2):
-        warm = flatten(b.request, now=NOW, max_future_s=300.0, cache=cache)
+        warm = flatten(b.request, window=TimeWindow(NOW, max_future_s=300.0), cache=cache)
         assert (warm.entities, warm.series, warm.gpu, warm.points) == (
             cold.entities, cold.series, cold.gpu, cold.points)
         assert (warm.accepted, warm.rejected, warm.errors) == (11, 1, cold.errors)

@@ -5,11 +5,12 @@ import time
 import pytest
 
 from collector.batch import Batch
-from collector.otlp import PROTOBUF, OtlpCache, decode, flatten, read_batch
+from collector.otlp import PROTOBUF, OtlpCache, TimeWindow, decode, flatten, read_batch
 from collector.store import Store
 from tests.collector.otlp_builder import RequestBuilder
 
 NOW = time.time()
+WINDOW = TimeWindow(NOW, max_future_s=300.0, max_age_s=90 * 86400.0)
 
 
 def _request(ts: float, *, temperature: float = 60.0, node: str = "n1",
@@ -28,11 +29,11 @@ def _request(ts: float, *, temperature: float = 60.0, node: str = "n1",
 
 
 def _read(body: bytes, cache: OtlpCache) -> Batch:
-    return read_batch(body, PROTOBUF, now=NOW, max_future_s=300.0, cache=cache)
+    return read_batch(body, PROTOBUF, window=WINDOW, cache=cache)
 
 
 def _general(body: bytes) -> Batch:
-    return flatten(decode(body, PROTOBUF), now=NOW, max_future_s=300.0)
+    return flatten(decode(body, PROTOBUF), window=WINDOW)
 
 
 def _learned(cache: OtlpCache) -> None:
@@ -62,6 +63,8 @@ def test_a_repeated_layout_is_read_into_the_same_rows_as_the_general_path() -> N
      "gpu.temperature: value 1.40737e+14 is out of range (-273.15 to 1000 C): no sensor reads it"),
     (3, -1.0, 0.0, "train.step.duration: value -1 is out of range (0 to 604800 s)"),
     (0, 60.0, 86405.0, "is 86400 s in the future"),
+    (3, 1.0, -366 * 86400.0, "train.step.duration: timestamp"),
+    (0, 60.0, -366 * 86400.0, "is 366 days old; the store keeps 90 days"),
 ])
 def test_a_bad_point_in_a_known_layout_is_rejected_alone_with_its_reason(
         metric: int, value: float, ts_offset_s: float, message: str) -> None:

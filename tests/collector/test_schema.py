@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from collector.metrics import CANONICAL, GPU_COLUMNS
 from collector.migrate import alembic_config, upgrade
-from collector.otlp import flatten
+from collector.otlp import TimeWindow, flatten
 from collector.query import EntityFilter, latest, query_range
 from collector.rollup import roll_up_and_expire
 from collector.schema import FLOAT4_GPU_COLUMNS, FLOAT4_GPU_METRICS
@@ -38,7 +38,7 @@ def _write(store: Store, samples: list[tuple[float, dict[str, float]]]) -> None:
     b = RequestBuilder(job="j", node="n0")
     for name in samples[0][1]:
         b.gauge(name, [(ts, values[name], {"gpu": 0}) for ts, values in samples])
-    store.write(flatten(b.request, now=T0 + 600, max_future_s=60))
+    store.write(flatten(b.request, window=TimeWindow(T0 + 600, max_future_s=60)))
 
 
 def test_gpu_values_read_back_as_they_were_sent(store_url: str) -> None:

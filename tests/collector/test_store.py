@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import text
 
 from collector.fleet_trace import FleetTrace, TraceMeta
-from collector.otlp import flatten
+from collector.otlp import TimeWindow, flatten
 from collector.store import Store
 from tests.collector.otlp_builder import RequestBuilder, gpu_sample
 
@@ -69,7 +69,7 @@ def test_samples_of_one_gpu_arriving_in_separate_requests_merge(store_url: str) 
     first = RequestBuilder(job="j", node="n0").gauge("gpu.temperature", [(now, 70.0, {"gpu": 0})])
     second = RequestBuilder(job="j", node="n0").gauge("gpu.power", [(now, 350.0, {"gpu": 0})])
     for b in (first, second):
-        store.write(flatten(b.request, now=now, max_future_s=60))
+        store.write(flatten(b.request, window=TimeWindow(now, max_future_s=60)))
     gpu = store.read_trace(job="j").gpu
     assert len(gpu) == 1
     assert (gpu["gpu.temperature"].iloc[0], gpu["gpu.power"].iloc[0]) == (70.0, 350.0)
@@ -81,12 +81,13 @@ def test_cardinality_limit_refuses_new_series_past_it_and_keeps_canonical(store_
     now = time.time()
     b = gpu_sample(now, job="j", node="n0")
     b.gauge("app.requests", [(now, 1.0, {"path": f"/p{i}"}) for i in range(5)])
-    result = store.write(flatten(b.request, now=now, max_future_s=60), max_series_per_job=3)
+    result = store.write(flatten(b.request, window=TimeWindow(now, max_future_s=60)),
+                         max_series_per_job=3)
     assert (result.accepted, result.rejected) == (6 + 3, 2)
     assert "job 'j' reached max_series_per_job=3" in result.error_message
     # Other jobs have their own budget; canonical metrics never count.
     b2 = RequestBuilder(job="k", node="n0").gauge("app.requests", [(now, 1.0, {"path": "/"})])
-    assert store.write(flatten(b2.request, now=now, max_future_s=60),
+    assert store.write(flatten(b2.request, window=TimeWindow(now, max_future_s=60)),
                        max_series_per_job=3).rejected == 0
     assert len(store.read_trace(job="j").gpu) == 2
     store.close()
@@ -111,7 +112,7 @@ def test_cumulative_histograms_give_the_interval_mean_per_node(store_url: str) -
         b.histogram("train.collective.duration",
                     [(now - 10, 1.0 * scale, 10, {"op": "all_reduce"}),
                      (now, 3.0 * scale, 20, {"op": "all_reduce"})], cumulative=True)
-        store.write(flatten(b.request, now=now, max_future_s=60))
+        store.write(flatten(b.request, window=TimeWindow(now, max_future_s=60)))
     node = store.read_trace(job="j").node
     # rank 0: first 0.1 then (3-1)/10=0.2; rank 1: 0.3 then 0.6 -> node means 0.2, 0.4
     assert node["train.collective.duration"].tolist() == pytest.approx([0.2, 0.4])
@@ -125,7 +126,7 @@ def test_a_gpu_whose_uuid_changes_mid_request_is_one_entity(store_url: str) -> N
     b.gauge("gpu.temperature", [(now, 70.0, {"gpu": 0, "gpu.uuid": "GPU-a"})])
     b.gauge("gpu.power", [(now, 300.0, {"gpu": 0, "gpu.uuid": "GPU-b"})])
     b.gauge("app.x", [(now, 1.0, {"gpu": 0, "gpu.uuid": u}) for u in ("GPU-a", "GPU-b")])
-    assert store.write(flatten(b.request, now=now, max_future_s=60)).rejected == 0
+    assert store.write(flatten(b.request, window=TimeWindow(now, max_future_s=60))).rejected == 0
     gpu = store.read_trace(job="j").gpu
     assert len(gpu) == 1 and gpu["gpu.power"].iloc[0] == 300.0
     with store.engine.connect() as conn:

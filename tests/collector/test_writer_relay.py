@@ -6,7 +6,7 @@ import signal
 import time
 from pathlib import Path
 
-from collector.otlp import flatten
+from collector.otlp import TimeWindow, flatten
 from collector.store import Store
 from tests.collector.otlp_builder import gpu_sample
 
@@ -14,8 +14,8 @@ T0 = 1_700_000_000.0
 
 
 def _write(store: Store, ts: float, node: str) -> None:
-    batch = flatten(gpu_sample(ts, job="relay", node=node).request, now=T0 + 3600,
-                    max_future_s=300.0)
+    batch = flatten(gpu_sample(ts, job="relay", node=node).request,
+                    window=TimeWindow(T0 + 3600, max_future_s=300.0))
     result = store.write(batch)
     assert (result.accepted, result.rejected) == (6, 0)
 

@@ -16,7 +16,7 @@ import pandas as pd
 from collector.compact import WINDOW_S, compact_points
 from collector.fleet_trace import FleetTrace, TraceMeta
 from collector.metrics import GPU_METRICS
-from collector.otlp import decode, flatten
+from collector.otlp import TimeWindow, decode, flatten
 from collector.rollup import roll_up_and_expire
 from collector.store import Store
 
@@ -150,7 +150,8 @@ def _compact(store: Store) -> None:
 def load(store: Store, *, compact: bool = True) -> None:
     """Write the whole fleet's data into ``store`` (``compact``: then compact what is raw)."""
     store.write_trace(build_trace(), job=JOB)
-    batch = flatten(decode(_hook_request(), "application/json"), now=END, max_future_s=60.0)
+    batch = flatten(decode(_hook_request(), "application/json"),
+                    window=TimeWindow(END, max_future_s=60.0))
     assert batch.rejected == 0, batch.error_message()
     store.write(batch)
     _scores_and_alerts(store)
