@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -140,17 +141,26 @@ def _gather(offsets: list[int]) -> NDArray[np.intp]:
     return np.asarray(offsets, dtype=np.intp).reshape(-1, 1) + _BYTE
 
 
+class Cell(NamedTuple):
+    """One value of a layout: its point, where its payload lies, how it is encoded, and the
+    bounds it must lie within (its metric's)."""
+
+    point: int
+    offset: int
+    dtype: int
+    lo: float
+    hi: float
+
+
 class Layout:
     """Where one request layout's timestamps and values lie, and where each goes in a batch."""
 
     def __init__(self, *, body: bytes, blanks: list[int], ts: list[int],
-                 cells: list[tuple[int, int, int]], limits: list[tuple[float, float]],
-                 gpu: list[tuple[int, int]], row_point: list[int], row_entity: list[int],
-                 point_series: list[int], entities: list[Entity],
+                 cells: list[Cell], gpu: list[tuple[int, int]], row_point: list[int],
+                 row_entity: list[int], point_series: list[int], entities: list[Entity],
                  series: list[SeriesRef]) -> None:
-        """``cells``: (point, payload offset, dtype) of each value, GPU cells first, one
-        ``gpu`` (row, column) each; the rest are narrow points, one ``point_series`` each.
-        ``limits``: the bounds each cell's value must lie within (its metric's)."""
+        """``cells``: each value, GPU cells first, one ``gpu`` (row, column) each; the rest are
+        narrow points, one ``point_series`` each."""
         self.size = len(body)
         self.blanks = _gather(blanks).ravel()
         self.head = body[:min(blanks)]
@@ -159,14 +169,15 @@ class Layout:
         self.skeleton = skeleton.tobytes()
         self.ts = _gather(ts)
         self.n_points = len(ts)
-        self.cell_point = np.asarray([c[0] for c in cells], dtype=np.intp)
-        self.lo, self.hi = np.asarray(limits, dtype=np.float64).reshape(-1, 2).T
+        self.cell_point = np.asarray([c.point for c in cells], dtype=np.intp)
+        self.lo = np.asarray([c.lo for c in cells], dtype=np.float64)
+        self.hi = np.asarray([c.hi for c in cells], dtype=np.float64)
         self.groups = []
         for dtype in _DTYPES:
-            which = [i for i, c in enumerate(cells) if c[2] == dtype]
+            which = [i for i, c in enumerate(cells) if c.dtype == dtype]
             if which:
                 self.groups.append((dtype, np.asarray(which, dtype=np.intp),
-                                    _gather([cells[i][1] for i in which])))
+                                    _gather([cells[i].offset for i in which])))
         self.n_gpu = len(gpu)
         self.gpu_row = np.asarray([g[0] for g in gpu], dtype=np.intp)
         self.gpu_col = np.asarray([g[1] for g in gpu], dtype=np.intp)
@@ -249,13 +260,11 @@ def _build(body: bytes, request: ExportMetricsServiceRequest,
            window: TimeWindow) -> Layout | None:
     f = Flattener(window=window, cache=FlattenCache())
     ts: list[int] = []
-    gpu_cells: list[tuple[int, int, int]] = []
-    gpu_limits: list[tuple[float, float]] = []
-    narrow_limits: list[tuple[float, float]] = []
+    gpu_cells: list[Cell] = []
     gpu: list[tuple[int, int]] = []
     rows: dict[int, int] = {}  # entity position -> row
     row_point: list[int] = []
-    narrow_cells: list[tuple[int, int, int]] = []
+    narrow_cells: list[Cell] = []
     point_series: list[int] = []
     walked = iter(metrics)
     for rm in request.resource_metrics:
@@ -290,21 +299,20 @@ def _build(body: bytes, request: ExportMetricsServiceRequest,
                         if isinstance(positions, str):
                             return None
                         for k, pos in zip(sorted(p.values), positions, strict=True):
-                            narrow_cells.append(
-                                (point, p.values[k], _COUNT if k == 4 else _STAT_F8))
-                            narrow_limits.append(ANY_VALUE)
+                            narrow_cells.append(Cell(point, p.values[k],
+                                                     _COUNT if k == 4 else _STAT_F8, *ANY_VALUE))
                             point_series.append(pos)
                         continue
                     if family == "xid" or len(p.values) != 1:
                         return None
                     [(field_no, offset)] = p.values.items()
-                    cell = (point, offset, _NUMBER_F8 if field_no == 4 else _NUMBER_I8)
+                    cell = Cell(point, offset, _NUMBER_F8 if field_no == 4 else _NUMBER_I8,
+                                *bounds(name))
                     at = f.position(f.resolve(resource, dp, name, family, kind, unit))
                     if isinstance(at, str):
                         return None
                     if col is None:
                         narrow_cells.append(cell)
-                        narrow_limits.append(bounds(name))
                         point_series.append(at)
                         continue
                     row = rows.get(at)
@@ -312,14 +320,12 @@ def _build(body: bytes, request: ExportMetricsServiceRequest,
                         row = rows[at] = len(row_point)
                         row_point.append(point)
                     gpu_cells.append(cell)
-                    gpu_limits.append(bounds(name))
                     gpu.append((row, col))
     if next(walked, None) is not None or not ts:
         return None
     if len(set(gpu)) < len(gpu) or len(set(point_series)) < len(point_series):
         return None  # a series sent twice in one request: the general path keeps the last
-    return Layout(body=body, blanks=blanks, ts=ts, cells=gpu_cells + narrow_cells,
-                  limits=gpu_limits + narrow_limits, gpu=gpu,
+    return Layout(body=body, blanks=blanks, ts=ts, cells=gpu_cells + narrow_cells, gpu=gpu,
                   row_point=row_point, row_entity=list(rows), point_series=point_series,
                   entities=f.batch.entities, series=f.batch.series)
 
