@@ -16,7 +16,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -31,6 +30,7 @@ from sqlalchemy import text
 
 from collector.store import create_store_engine
 from predictor.hysteresis import PolicyConfig
+from trainer import exit_with_parent
 from trainer.demo_report import Mark, Summary, alert_detail, figures
 from trainer.drain import read_events
 from trainer.elastic import ElasticCluster, ElasticConfig, free_port
@@ -205,9 +205,9 @@ class Demo:
                "FORESHOCK_ALERT_TIME_COMPRESSION": str(self.config.alert_time_compression),
                "FORESHOCK_EXTERNAL_URL": f"http://127.0.0.1:{port}"}
         log = (work / "serve.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "trainer.exit_with_parent", "api", "serve",
-                                 "--db", self.db_url, "--port", str(port),
-                                 "--log-level", "warning"],
+        proc = subprocess.Popen(exit_with_parent.command("api", "serve", "--db", self.db_url,
+                                                         "--port", str(port),
+                                                         "--log-level", "warning"),
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         url = f"http://127.0.0.1:{port}"

@@ -17,7 +17,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,6 +24,8 @@ from pathlib import Path
 from types import TracebackType
 
 import torch.distributed as dist
+
+from trainer import exit_with_parent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,12 +104,12 @@ class ElasticCluster:
     def command(self, node: str) -> list[str]:
         c = self.config
         # torchrun's own log directory defaults to a /tmp/torchelastic_* it never removes.
-        return [sys.executable, "-m", "trainer.exit_with_parent", "torch.distributed.run",
-                f"--log-dir={self.log_dir / 'torchelastic' / node}",
-                f"--nnodes={c.min_nodes}:{len(c.nodes)}", f"--nproc-per-node={c.nproc_per_node}",
-                f"--max-restarts={c.max_restarts}", f"--monitor-interval={c.monitor_interval_s}",
-                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{self.port}",
-                f"--rdzv-id={c.run_id}", f"--rdzv-conf={c.rdzv_conf}", *self.argv]
+        return exit_with_parent.command(
+            "torch.distributed.run", f"--log-dir={self.log_dir / 'torchelastic' / node}",
+            f"--nnodes={c.min_nodes}:{len(c.nodes)}", f"--nproc-per-node={c.nproc_per_node}",
+            f"--max-restarts={c.max_restarts}", f"--monitor-interval={c.monitor_interval_s}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{self.port}",
+            f"--rdzv-id={c.run_id}", f"--rdzv-conf={c.rdzv_conf}", *self.argv)
 
     def start_node(self, node: str) -> None:
         """Start (or restart: a drained node that proved healthy rejoins) ``node``'s agent."""
