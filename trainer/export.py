@@ -1,5 +1,6 @@
 """Export: an OpenTelemetry `MeterProvider` with a periodic OTLP/HTTP exporter that counts what
-it could not deliver, warns once, and never blocks or raises into training."""
+it could not deliver and what the collector refused, warns once of each, and never blocks or
+raises into training."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import requests
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.sdk.metrics import Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -53,6 +58,41 @@ class _OnlyOnce(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.CRITICAL
+
+
+class Refusals:
+    """Reads the collector's ``partial_success`` from each export's response, which the SDK's
+    exporter drops: points the collector received and refused (a clock far off, values it cannot
+    store) are counted, and the first refusal's reason is logged, where they were counted as
+    delivered and lost without a word. A ``requests`` response hook; never raises."""
+
+    def __init__(self, *, where: str) -> None:
+        self._where = where
+        self._lock = threading.Lock()
+        self.points = 0
+        self._warned = False
+
+    def __call__(self, response: requests.Response, *args: object,
+                 **kwargs: object) -> None:
+        try:
+            if (response.status_code != 200
+                    or not response.headers.get("content-type", "").startswith(
+                        "application/x-protobuf")):
+                return
+            partial = ExportMetricsServiceResponse.FromString(response.content).partial_success
+            if partial.rejected_data_points <= 0:
+                return
+            with self._lock:
+                self.points += partial.rejected_data_points
+                first, self._warned = not self._warned, True
+            if first:
+                why = partial.error_message
+                log.warning("foreshock: %s refused %d metric point(s): %s; counting them "
+                            "(hook.stats.rejected_points); training continues", self._where,
+                            partial.rejected_data_points,
+                            why if len(why) <= 500 else why[:500] + "...")
+        except Exception as exc:  # A response we cannot read costs its count, never training.
+            log.debug("foreshock: unreadable export response: %r", exc)
 
 
 class CountingExporter(MetricExporter):
@@ -117,10 +157,15 @@ class Export:
         if timeout_s is None and not _env("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
                                           "OTEL_EXPORTER_OTLP_TIMEOUT"):
             timeout_s = 5.0
-        inner = exporter or OTLPMetricExporter(endpoint=endpoint, headers=target.headers,
-                                               timeout=timeout_s)
-        where = endpoint or getattr(inner, "_endpoint", "the OTLP endpoint")
-        self.exporter = CountingExporter(inner, where=str(where))
+        self.refusals: Refusals | None = None
+        if exporter is None:
+            session = requests.Session()
+            exporter = OTLPMetricExporter(endpoint=endpoint, headers=target.headers,
+                                          timeout=timeout_s, session=session)
+            self.refusals = Refusals(where=str(endpoint or getattr(exporter, "_endpoint", "")))
+            session.hooks["response"].append(self.refusals)
+        where = endpoint or getattr(exporter, "_endpoint", "the OTLP endpoint")
+        self.exporter = CountingExporter(exporter, where=str(where))
         interval_s = target.interval_s
         if interval_s is None and not _env("OTEL_METRIC_EXPORT_INTERVAL"):
             interval_s = 5.0

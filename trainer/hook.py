@@ -51,6 +51,9 @@ class HookStats:
     exported_points: int
     dropped_points: int
     """Metric points that could not be delivered (collector down, slow or refusing)."""
+    rejected_points: int
+    """Metric points delivered and refused one by one (OTLP partial success: a timestamp far
+    off, a value outside its metric's bounds); the first refusal's reason is logged."""
     failed_exports: int
     collectives_timed: int
     probe_rounds: int
@@ -347,6 +350,8 @@ class TelemetryHook:
             steps=self.step_index,
             exported_points=e.exported_points if e else 0,
             dropped_points=e.dropped_points if e else 0,
+            rejected_points=(self.export.refusals.points
+                             if self.export is not None and self.export.refusals else 0),
             failed_exports=e.failed_exports if e else 0,
             collectives_timed=self._collectives_timed,
             probe_rounds=self.prober.rounds if self.prober else 0,

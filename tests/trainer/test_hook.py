@@ -4,6 +4,7 @@ produces arrives in the store; a collector that is down, slow or refusing never 
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import threading
 import time
@@ -49,6 +50,7 @@ def test_a_training_loop_reaches_the_store(sqlite_url: str,
     assert hook.flush()
     hook.close()
     assert hook.stats.dropped_points == 0 and hook.stats.exported_points > 0
+    assert hook.stats.rejected_points == 0
     assert hook.stats.steps == 30 and hook.stats.profiled_steps >= 1
 
     store = Store.open(sqlite_url)
@@ -146,6 +148,29 @@ def test_refusing_collector_then_the_right_token(
     accepted.close()
     assert accepted.stats.dropped_points == 0 and accepted.stats.exported_points > 0
     assert len(Store.open(sqlite_url).read_trace(job="tok").node) >= 1
+
+
+def test_points_the_collector_refuses_are_counted_and_the_reason_logged(
+        sqlite_url: str, live_server: Callable[..., LiveServer],
+        caplog: pytest.LogCaptureFixture) -> None:
+    # A collector that keeps a millisecond refuses every point by the time it arrives, as one
+    # refuses a hook whose clock is a year off. The OTLP exporter drops the response's
+    # partial_success, so such points were counted as exported and lost without a word.
+    server = live_server(sqlite_url, env={"FORESHOCK_ROLLUP_RETENTION_S": "0.001"})
+    hook = TelemetryHook(Config(endpoint=server.url, job="late", node="n-l", gpu="off",
+                                export_interval_s=60))
+    with caplog.at_level(logging.WARNING, logger="trainer.export"):
+        _train(hook, 5)
+        assert hook.flush()
+        hook.close()
+    stats = hook.stats
+    assert stats.steps == 5 and stats.errors == 0 and stats.dropped_points == 0
+    assert stats.rejected_points == stats.exported_points > 0
+    [warning] = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert re.search(rf"{server.url}/v1/metrics refused \d+ metric point\(s\): [\w.]+: timestamp ",
+                     warning)
+    assert "old; the store keeps" in warning and "check the sender's clock" in warning
+    assert Store.open(sqlite_url).read_trace(job="late").node.empty
 
 
 def test_otel_environment_variables_are_honoured(
