@@ -157,15 +157,17 @@ class Export:
         if timeout_s is None and not _env("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
                                           "OTEL_EXPORTER_OTLP_TIMEOUT"):
             timeout_s = 5.0
-        self.refusals: Refusals | None = None
+        session = None
         if exporter is None:
             session = requests.Session()
             exporter = OTLPMetricExporter(endpoint=endpoint, headers=target.headers,
                                           timeout=timeout_s, session=session)
-            self.refusals = Refusals(where=str(endpoint or getattr(exporter, "_endpoint", "")))
+        where = str(endpoint or getattr(exporter, "_endpoint", "the OTLP endpoint"))
+        self.exporter = CountingExporter(exporter, where=where)
+        self.refusals: Refusals | None = None
+        if session is not None:  # an exporter passed in keeps its own responses
+            self.refusals = Refusals(where=where)
             session.hooks["response"].append(self.refusals)
-        where = endpoint or getattr(exporter, "_endpoint", "the OTLP endpoint")
-        self.exporter = CountingExporter(exporter, where=str(where))
         interval_s = target.interval_s
         if interval_s is None and not _env("OTEL_METRIC_EXPORT_INTERVAL"):
             interval_s = 5.0
