@@ -28,6 +28,9 @@ from opentelemetry.sdk.resources import Resource
 
 log = logging.getLogger(__name__)
 
+_CREDENTIAL_PROVIDER_ENV = ("OTEL_PYTHON_EXPORTER_OTLP_HTTP_METRICS_CREDENTIAL_PROVIDER",
+                            "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER")
+"""Name a ``requests.Session`` factory (an entry point) that the OTLP exporter loads itself."""
 _OTLP_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.metric_exporter",
                  "opentelemetry.exporter.otlp.common.http")
 
@@ -159,7 +162,10 @@ class Export:
             timeout_s = 5.0
         session = None
         if exporter is None:
-            session = requests.Session()
+            # A session of our own reads the responses; one from a credential provider named in
+            # the environment is the exporter's to load, and its responses go unread.
+            if not _env(*_CREDENTIAL_PROVIDER_ENV):
+                session = requests.Session()
             exporter = OTLPMetricExporter(endpoint=endpoint, headers=target.headers,
                                           timeout=timeout_s, session=session)
         where = str(endpoint or getattr(exporter, "_endpoint", "the OTLP endpoint"))

@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from collector.store import Store
 from tests.conftest import LiveServer, free_port
+from trainer.export import Export, ExportTarget
 from trainer.gpu import GpuDevice, GpuSample, XidEvent
 from trainer.gpu_sampler import GpuSampler
 from trainer.hook import TelemetryHook
@@ -171,6 +172,24 @@ def test_points_the_collector_refuses_are_counted_and_the_reason_logged(
                      warning)
     assert "old; the store keeps" in warning and "check the sender's clock" in warning
     assert Store.open(sqlite_url).read_trace(job="late").node.empty
+
+
+@pytest.mark.parametrize("variable", ["OTEL_PYTHON_EXPORTER_OTLP_HTTP_METRICS_CREDENTIAL_PROVIDER",
+                                      "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER"])
+def test_a_credential_provider_named_in_the_environment_is_still_loaded(
+        variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The session that reads refusals must not stand in for the one the exporter would load
+    # from the environment (an auth token's): the exporter looks the provider up, and one that
+    # is not installed is its error, not silently ignored.
+    monkeypatch.setenv(variable, "foreshock-no-such-provider")
+    with pytest.raises(RuntimeError, match="foreshock-no-such-provider"):
+        Export(ExportTarget(endpoint="http://127.0.0.1:9", headers=None, interval_s=60,
+                            timeout_s=1), resource={"job": "j"})
+    monkeypatch.delenv(variable)
+    export = Export(ExportTarget(endpoint="http://127.0.0.1:9", headers=None, interval_s=60,
+                                 timeout_s=1), resource={"job": "j"})
+    assert export.refusals is not None
+    export.close()
 
 
 def test_otel_environment_variables_are_honoured(
