@@ -1,8 +1,10 @@
-"""``foreshock export`` and ``foreshock import``: the store to and from fleet-trace directories."""
+"""``foreshock export`` and ``foreshock import``: the store to and from fleet-trace directories;
+``foreshock from-prometheus``: a fleet trace from dcgm-exporter's history in Prometheus."""
 
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -112,7 +114,70 @@ def import_trace(
     console.print(f"imported {written} points into job {job!r}")
 
 
+def from_prometheus(
+    trace_dir: Annotated[Path, typer.Argument(help="Directory to write the fleet trace into.")],
+    url: Annotated[str, typer.Option(
+        "--url", help="Prometheus that scraped dcgm-exporter.")] = "http://127.0.0.1:9090",
+    start: Annotated[float | None, typer.Option(
+        "--from", help="First time to read (Unix seconds). Default: two days before --to.")
+    ] = None,
+    end: Annotated[float | None, typer.Option(
+        "--to", help="Last time to read (Unix seconds). Default: now.")] = None,
+    step: Annotated[float, typer.Option(
+        "--step", help="Seconds between samples of the trace (the range queries' step; "
+        "dcgm-exporter's scrape interval or a multiple of it).")] = 30.0,
+    selector: Annotated[str, typer.Option(
+        "--selector", help="PromQL label matchers added to every field, e.g. "
+        "'job=\"dcgm\",cluster=\"a\"'. Default: every dcgm-exporter series.")] = "",
+    node_label: Annotated[str, typer.Option(
+        "--node-label", help="Label that names the node (dcgm-exporter's Hostname; 'instance' "
+        "without its port is read where it is absent).")] = "Hostname",
+) -> None:
+    """Write a fleet trace (fleet-trace/1) from the dcgm-exporter series a Prometheus keeps, to
+    backtest Foreshock on your own fleet's history."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from collector import from_prometheus as fp
+    from collector.fleet_trace import write_trace
+
+    console = Console(stderr=True, soft_wrap=True)
+    end = time.time() if end is None else end
+    start = end - 2 * 86400.0 if start is None else start
+    for given, option in ((start, "--from"), (end, "--to"), (step, "--step")):
+        if not math.isfinite(given):
+            raise typer.BadParameter(f"{given} is no number", param_hint=option)
+    if step <= 0:
+        raise typer.BadParameter(f"{step:g} must be above 0 seconds", param_hint="--step")
+    if end <= start:
+        raise typer.BadParameter(f"--to {end:.0f} is not after --from {start:.0f}",
+                                 param_hint="--to")
+    output_dir(trace_dir, "TRACE_DIR")
+    source = fp.Source(url=url, start=start, end=end, step_s=step, selector=selector,
+                       node_label=node_label)
+    skipped = [0]
+    try:
+        with Progress(TextColumn("[bold]from-prometheus[/bold] {task.description}"), BarColumn(),
+                      MofNCompleteColumn(), console=console) as progress:
+            task = progress.add_task(f"{url} -> {trace_dir}", total=fp.query_count(source))
+            trace = fp.read(source, progress=lambda n: progress.advance(task, n),
+                            skipped=lambda n: skipped.__setitem__(0, skipped[0] + n))
+    except fp.PrometheusError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+    with console.status(f"writing {trace_dir} ..."):
+        write_trace(trace_dir, trace)
+    events = (f"{len(trace.events)} XID events" if trace.events_exported
+              else f"no events.csv (no {fp.XID_FIELD} series: XID counts unknown)")
+    console.print(f"wrote {trace_dir}: {len(trace.gpu):,} GPU samples of "
+                  f"{len(trace.meta.nodes)} nodes, {events}", highlight=False)
+    if skipped[0]:
+        console.print(f"note: {skipped[0]} series without a {node_label!r} (or 'instance') and "
+                      "a 'gpu' label were left out", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add this package's commands to ``app``."""
     app.command("export")(export_trace)
     app.command("import")(import_trace)
+    app.command("from-prometheus")(from_prometheus)
