@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from collector import cli
+from collector import cli, from_prometheus
 from collector.fleet_trace import read_trace
 from tests.api.daemon import binary_or_skip, daemon
 from tests.conftest import free_port
@@ -127,6 +128,23 @@ def test_dcgm_exporter_history_becomes_a_fleet_trace_in_canonical_units(
     events = trace.events[["ts", "node", "gpu", "kind", "code"]].values.tolist()
     assert events == [[T0 + XID_AT * STEP, "node-b", 1, "xid", 79],
                       [T0 + XID2_AT * STEP, "node-b", 1, "xid", 48]]
+
+
+def test_a_window_read_in_many_queries_gives_the_same_trace(
+        prometheus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A week at 30 s is 20,160 points a series, over Prometheus's 11,000 for one query: the
+    # window is read in chunks. Here chunks of 50 points (5 queries a field) must meet exactly.
+    code, output = _run(str(tmp_path / "one"), "--url", prometheus, *_window())
+    assert code == 0, output
+    monkeypatch.setattr(from_prometheus, "MAX_POINTS", 50)
+    code, output = _run(str(tmp_path / "many"), "--url", prometheus, *_window())
+    assert code == 0, output
+    source = from_prometheus.Source(url=prometheus, start=T0, end=T0 + (N - 1) * STEP)
+    assert from_prometheus.query_count(source) == 5 * len(from_prometheus.fields())
+    one, many = read_trace(tmp_path / "one"), read_trace(tmp_path / "many")
+    assert len(many.gpu) == 6 * N
+    pd.testing.assert_frame_equal(one.gpu, many.gpu)
+    pd.testing.assert_frame_equal(one.events, many.events)
 
 
 def test_the_trace_backtests_as_any_other(prometheus: str, tmp_path: Path) -> None:
