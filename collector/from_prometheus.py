@@ -109,7 +109,7 @@ def _node(labels: dict[str, str], node_label: str) -> str | None:
 def _long(series: list[dict[str, object]], source: Source,
           skipped: Callable[[int], None]) -> pd.DataFrame:
     """``ts,node,gpu,value`` of every series of one field (series without a GPU are skipped)."""
-    parts = []
+    columns: dict[str, list[np.ndarray]] = {"ts": [], "node": [], "gpu": [], "value": []}
     for s in series:
         labels = s["metric"]
         assert isinstance(labels, dict)
@@ -117,13 +117,14 @@ def _long(series: list[dict[str, object]], source: Source,
         if node is None or gpu is None or not str(gpu).isdigit():
             skipped(1)
             continue
-        values = np.asarray(s["values"], dtype=object)
-        parts.append(pd.DataFrame({
-            "ts": values[:, 0].astype(float), "node": node, "gpu": int(gpu),
-            "value": pd.to_numeric(values[:, 1], errors="coerce")}))
-    if not parts:
+        pairs = np.array(s["values"], dtype=float)  # [time, value as text]: "NaN", "+Inf" parse
+        columns["ts"].append(pairs[:, 0])
+        columns["value"].append(pairs[:, 1])
+        columns["node"].append(np.full(len(pairs), node, dtype=object))
+        columns["gpu"].append(np.full(len(pairs), int(gpu), dtype=np.int64))
+    if not columns["ts"]:
         return pd.DataFrame({"ts": [], "node": [], "gpu": [], "value": []})
-    return pd.concat(parts, ignore_index=True)
+    return pd.DataFrame({k: np.concatenate(v) for k, v in columns.items()})
 
 
 def _xid_events(long: pd.DataFrame) -> pd.DataFrame:
