@@ -179,8 +179,8 @@ def read(source: Source, *, progress: Callable[[int], None] | None = None,
             + (f" matching {{{source.selector}}}" if source.selector else "")
             + f" ({', '.join(fields()[:2])}, ...): is dcgm-exporter scraped, and is the window "
             "right?")
-    gpu = pd.concat(columns, axis=1).sort_index().reset_index()
-    gpu = gpu.sort_values(["ts", "node", "gpu"], kind="stable", ignore_index=True)
+    gpu = pd.concat(columns, axis=1).reset_index().sort_values(["ts", "node", "gpu"],
+                                                               ignore_index=True)
     nodes = tuple(sorted(gpu["node"].unique()))
     meta = TraceMeta(start=float(gpu["ts"].min()), end=float(gpu["ts"].max()),
                      interval_s=source.step_s, nodes=nodes,
