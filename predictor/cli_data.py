@@ -154,6 +154,12 @@ def evaluate_cmd(
         help="Fleet-trace directory with failures.csv (the ground truth).")],
     alerts: Annotated[Path, typer.Option(
         help="alerts.csv written by a backtest (ts,node,gpu,kind,score,reason).")],
+    failures_from_xids: Annotated[bool, typer.Option(
+        "--failures-from-xids", help="Take the trace's fatal XIDs (48, 79, 94, 95, 119, 120) "
+        "as its failures instead of failures.csv: for a fleet's own history kept without a "
+        "failure log (foreshock from-prometheus). A node's fatal XIDs less than 6 hours apart are "
+        "one failure; precursors are unknown, so recall with a precursor is not reported.")
+    ] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
     details: Annotated[bool, typer.Option(
         "--details", help="Also list every failure (caught or missed, lead, the first alert) and "
@@ -169,7 +175,7 @@ def evaluate_cmd(
 
     try:
         frame = read_alerts(alerts)
-        out = outcomes(trace_dir, frame, source=str(alerts))
+        out = outcomes(trace_dir, frame, source=str(alerts), from_xids=failures_from_xids)
     except (TraceFormatError, AlertsFormatError) as exc:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ from collector.fleet_trace import (
     read_trace,
     trace_file,
 )
+from predictor.features import FATAL_XIDS
 
 HORIZON_S = 6 * 3600.0
 MIN_LEAD_S = 60.0
@@ -213,14 +214,38 @@ def failure_times(failures: pd.DataFrame) -> dict[str, np.ndarray]:
             for node, at in failures.groupby(failures["node"].astype(str), sort=False)["ts"]}
 
 
+def failures_from_xids(events: pd.DataFrame) -> pd.DataFrame:
+    """A fleet's fatal XIDs (``FATAL_XIDS``: 48, 79, 94, 95, 119, 120) as its failures, for a
+    history kept without a failure log: ``ts,node,gpu,kind,precursor_s``, the precursor unknown
+    (NaN). A fatal XID within ``HORIZON_S`` of its node's previous one is the same failure still
+    (a GPU off the bus raises XID 79 again and again while it waits for repair)."""
+    ev = events[(events["kind"].astype(str) == "xid")
+                & events["code"].isin(list(FATAL_XIDS))].sort_values("ts", kind="stable")
+    rows = []
+    last: dict[str, float] = {}
+    for ts, node, gpu in zip(ev["ts"].astype(float), ev["node"].astype(str),
+                             ev["gpu"].astype(int), strict=True):
+        if ts - last.get(node, -math.inf) > HORIZON_S:
+            rows.append((ts, node, gpu, "gpu" if gpu >= 0 else "node", math.nan))
+        last[node] = ts
+    return pd.DataFrame(rows, columns=["ts", "node", "gpu", "kind", "precursor_s"]).astype(
+        {"ts": float, "gpu": np.int64, "precursor_s": float})
+
+
 def outcomes(trace: FleetTrace | Path | str, alerts: pd.DataFrame, *,
-             source: str = "alerts") -> Outcomes:
+             source: str = "alerts", from_xids: bool = False) -> Outcomes:
     """Each failure caught or missed and each episode true, false or late, as ``evaluate``
-    counts them (``foreshock evaluate --details`` prints them)."""
-    failures_path = "failures.csv"
+    counts them (``foreshock evaluate --details`` prints them). ``from_xids``: the failures are
+    the trace's fatal XIDs (:func:`failures_from_xids`), not its ``failures.csv``."""
+    failures_path = "events.csv" if from_xids else "failures.csv"  # where the failures are
     if not isinstance(trace, FleetTrace):
-        failures_path = str(trace_file(Path(trace), "failures.csv") or Path(trace) / "failures.csv")
-        trace = read_trace(trace, with_failures=True)
+        failures_path = str(trace_file(Path(trace), failures_path) or Path(trace) / failures_path)
+        trace = read_trace(trace, with_failures=not from_xids)
+    if from_xids:
+        if not trace.events_exported:
+            raise TraceFormatError(failures_path, "missing: the trace kept no XID log, so there "
+                                   "are no fatal XIDs to take its failures from")
+        trace = replace(trace, failures=failures_from_xids(trace.events))
     if trace.failures is None:
         raise ValueError("the trace has no failures (read it with with_failures=True)")
     alerts = validate_alerts(alerts, source=source)

@@ -7,6 +7,7 @@ prometheus package has it, as CI installs): what a Prometheus that scraped dcgm-
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -21,6 +22,7 @@ from typer.testing import CliRunner
 
 from collector import cli, from_prometheus
 from collector.fleet_trace import read_trace
+from predictor import cli as predictor_cli
 from tests.api.daemon import binary_or_skip, daemon
 from tests.conftest import free_port
 
@@ -148,8 +150,6 @@ def test_a_window_read_in_many_queries_gives_the_same_trace(
 
 
 def test_the_trace_backtests_as_any_other(prometheus: str, tmp_path: Path) -> None:
-    from predictor import cli as predictor_cli
-
     code, output = _run(str(tmp_path / "trace"), "--url", prometheus, *_window())
     assert code == 0, output
     assert "of 3 nodes" in output  # no selector: the other job's node-z too
@@ -159,6 +159,31 @@ def test_the_trace_backtests_as_any_other(prometheus: str, tmp_path: Path) -> No
                                     str(tmp_path / "alerts.csv")])
     assert done.exit_code == 0, done.output
     assert (tmp_path / "alerts.csv").read_text().startswith("ts,node,gpu,kind,score,reason")
+
+
+def test_the_history_is_scored_against_its_own_fatal_xids(prometheus: str,
+                                                         tmp_path: Path) -> None:
+    # No failure log: node-b GPU 1's XID 79, then 48 forty minutes later, is one failure.
+    code, output = _run(str(tmp_path / "trace"), "--url", prometheus, *_window(), "--selector",
+                        'job="dcgm"')
+    assert code == 0, output
+    failed = T0 + XID_AT * STEP
+    (tmp_path / "alerts.csv").write_text(
+        "ts,node,gpu,kind,score,reason\n"
+        f"{failed - 1800},node-b,1,gpu,0.9,gpu.ecc.sbe rate\n"
+        f"{T0 + 600},node-a,0,gpu,0.8,gpu.temperature\n")
+    app = typer.Typer()
+    predictor_cli.register(app)
+    done = CliRunner().invoke(app, ["evaluate", str(tmp_path / "trace"), "--alerts",
+                                    str(tmp_path / "alerts.csv"), "--failures-from-xids",
+                                    "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    assert (report["failures"], report["caught"], report["median_lead_s"]) == (1, 1, 1800.0)
+    assert (report["true_episodes"], report["false_episodes"]) == (1, 1)
+    done = CliRunner().invoke(app, ["evaluate", str(tmp_path / "trace"), "--alerts",
+                                    str(tmp_path / "alerts.csv")])
+    assert done.exit_code == 2 and "failures.csv" in done.output
 
 
 def test_a_prometheus_without_that_history_or_out_of_reach_is_named(

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from collector.fleet_trace import FleetTrace, TraceMeta, empty_frame, write_trace
+from collector.fleet_trace import (
+    FleetTrace,
+    TraceFormatError,
+    TraceMeta,
+    empty_frame,
+    write_trace,
+)
 from predictor.evaluate import AlertsFormatError, evaluate, outcomes, read_alerts
 
 T0 = 1_767_225_600.0
@@ -252,3 +259,31 @@ def test_empty_or_missing_alerts_file(tmp_path: Path) -> None:
         read_alerts(tmp_path / "empty.csv")
     (tmp_path / "header.csv").write_text("ts,node,gpu,kind,score,reason\n")
     assert len(read_alerts(tmp_path / "header.csv")) == 0
+
+
+def test_a_history_without_a_failure_log_is_scored_against_its_fatal_xids(tmp_path: Path) -> None:
+    # A fleet's own history (foreshock from-prometheus) has XIDs and no failures.csv: its fatal
+    # XIDs are its failures, one per node per 6 hours (an XID 79 repeats while the GPU is off
+    # the bus); application XIDs (13, 31, 43) and memory warnings (63, 92) are none.
+    events = pd.DataFrame([
+        (F - 3 * H, "n0", 2, "xid", 63),  # a row remap: a precursor, not a failure
+        (F, "n0", 2, "xid", 79),
+        (F + 2 * H, "n0", 2, "xid", 79),  # the same GPU still off the bus
+        (F + 9 * H, "n0", 5, "xid", 48),  # 7 h after the last: a failure of its own
+        (F, "n1", 0, "xid", 13),  # an application's fault
+        (F + H, "n2", -1, "xid", 119),  # a node-level event: a node failure
+    ], columns=["ts", "node", "gpu", "kind", "code"])
+    trace = dataclasses.replace(_trace([]), events=events, failures=None)
+    write_trace(tmp_path, trace)
+    alerts = _alerts([(F - 2 * H, "n0", 2, "gpu"), (F + 30 * 60, "n2", None, "node")])
+    out = outcomes(tmp_path, alerts, from_xids=True)
+    got = out.failures[["ts", "node", "gpu", "kind", "caught"]].values.tolist()
+    assert got == [[F, "n0", 2, "gpu", True], [F + H, "n2", -1, "node", True],
+                   [F + 9 * H, "n0", 5, "gpu", False]]
+    assert out.failures["precursor_s"].isna().all()
+    # failures.csv, had it been there, is not read: the XIDs are the ground truth asked for.
+    assert not (tmp_path / "failures.csv").exists()
+    bare = tmp_path / "bare"
+    write_trace(bare, dataclasses.replace(trace, events_exported=False))
+    with pytest.raises(TraceFormatError, match=r"events\.csv: missing: the trace kept no XID log"):
+        outcomes(bare, alerts, from_xids=True)
