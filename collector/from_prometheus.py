@@ -108,8 +108,10 @@ def _node(labels: dict[str, str], node_label: str) -> str | None:
 
 def _long(series: list[dict[str, object]], source: Source,
           skipped: Callable[[int], None]) -> pd.DataFrame:
-    """``ts,node,gpu,value`` of every series of one field (series without a GPU are skipped)."""
-    columns: dict[str, list[np.ndarray]] = {"ts": [], "node": [], "gpu": [], "value": []}
+    """``ts,node,gpu,value,since`` of every series of one field, ``since`` the series' first
+    time (series without a node or GPU label are skipped)."""
+    columns: dict[str, list[np.ndarray]] = {"ts": [], "node": [], "gpu": [], "value": [],
+                                            "since": []}
     for s in series:
         labels = s["metric"]
         assert isinstance(labels, dict)
@@ -118,12 +120,13 @@ def _long(series: list[dict[str, object]], source: Source,
             skipped(1)
             continue
         pairs = np.array(s["values"], dtype=float)  # [time, value as text]: "NaN", "+Inf" parse
+        columns["since"].append(np.full(len(pairs), pairs[0, 0]))
         columns["ts"].append(pairs[:, 0])
         columns["value"].append(pairs[:, 1])
         columns["node"].append(np.full(len(pairs), node, dtype=object))
         columns["gpu"].append(np.full(len(pairs), int(gpu), dtype=np.int64))
     if not columns["ts"]:
-        return pd.DataFrame({"ts": [], "node": [], "gpu": [], "value": []})
+        return pd.DataFrame({k: [] for k in columns})
     return pd.DataFrame({k: np.concatenate(v) for k, v in columns.items()})
 
 
@@ -152,19 +155,28 @@ def read(source: Source, *, progress: Callable[[int], None] | None = None,
     xid: pd.DataFrame | None = None
     with httpx.Client(base_url=source.url, timeout=source.timeout_s) as client:
         for field in fields():
-            series = []
-            for lo, hi in chunks:
-                series += _query(client, source, field, lo, hi)
+            series: dict[tuple[tuple[str, str], ...], dict[str, object]] = {}
+            for lo, hi in chunks:  # one series across the chunks, its values in time order
+                for s in _query(client, source, field, lo, hi):
+                    labels = s["metric"]
+                    assert isinstance(labels, dict)
+                    one = series.setdefault(tuple(sorted(labels.items())),
+                                            {"metric": labels, "values": []})
+                    one["values"] += s["values"]  # type: ignore[operator]
                 if progress is not None:
                     progress(1)
-            long = _long(series, source, skipped or (lambda n: None))
+            long = _long(list(series.values()), source, skipped or (lambda n: None))
             if long.empty:
                 continue
+            # One GPU in several series (a new pod label, a restarted exporter): where they
+            # meet, the older one's values are Prometheus's lookback repeating its last sample
+            # (for 5 minutes where no staleness marker ended it), so the newer one is kept.
+            long = long.sort_values("since", ascending=False, kind="stable").drop_duplicates(
+                ["ts", "node", "gpu"])
             if field == XID_FIELD:
                 xid = _xid_events(long)
                 continue
-            value = long.drop_duplicates(["ts", "node", "gpu"]).set_index(
-                ["ts", "node", "gpu"])["value"]
+            value = long.set_index(["ts", "node", "gpu"])["value"]
             if field in CLOCK_EVENTS:
                 mask = value.dropna().astype(np.int64)
                 for name, bits in THROTTLE_BITS.items():

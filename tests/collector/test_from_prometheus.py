@@ -32,6 +32,7 @@ T0 = float(int(time.time() // 3600 * 3600) - 6 * 3600)  # within Prometheus's re
 XID_AT = 100  # node-b GPU 1 raises XID 79 at this scrape, then XID 48 at XID2_AT
 XID2_AT = 180
 HOT_AT = 150  # node-a GPU 1 throttles (HW thermal slowdown, 0x40) from here
+POD_AT = 120  # node-a GPU 0 moves to another pod (a new series) here
 
 
 def _series() -> dict[str, dict[tuple[str, int], np.ndarray]]:
@@ -69,8 +70,13 @@ def _openmetrics(path: Path) -> None:
             job = "other" if node == "node-z" else "dcgm"
             labels = (f'gpu="{gpu}",UUID="GPU-{node}-{gpu}",Hostname="{node}",'
                       f'instance="{node}:9400",job="{job}"')
-            lines += [f"{field}{{{labels}}} {v:g} {T0 + j * STEP:.0f}"
-                      for j, v in enumerate(values)]
+            # On Kubernetes a GPU's series carry the pod using it: node-a GPU 0 changes pods
+            # at POD_AT, and backfilled data has no staleness marker to end the first series.
+            pods = ([(f'{labels},pod="p1"', range(POD_AT)), (f'{labels},pod="p2"',
+                                                              range(POD_AT, N))]
+                    if (node, gpu) == ("node-a", 0) else [(labels, range(N))])
+            lines += [f"{field}{{{series}}} {values[j]:g} {T0 + j * STEP:.0f}"
+                      for series, steps in pods for j in steps]
     lines.append("# EOF")
     path.write_text("\n".join(lines) + "\n")
 
@@ -123,6 +129,10 @@ def test_dcgm_exporter_history_becomes_a_fleet_trace_in_canonical_units(
     # The clock-event bit mask read as the two flags: 0x40 is thermal, 0x04 is power.
     assert a1["gpu.throttle.thermal"].tolist() == [0.0] * HOT_AT + [1.0] * (N - HOT_AT)
     assert (a1["gpu.throttle.power"] == 0).all()
+    # A GPU whose series changed pods reads as the newer series where Prometheus's lookback
+    # still repeats the older one's last sample (it kept that repeat for 5 minutes).
+    np.testing.assert_allclose(gpu.loc[("node-a", 0)]["gpu.temperature"],
+                               _series()["DCGM_FI_DEV_GPU_TEMP"][("node-a", 0)])
     b0 = gpu.loc[("node-b", 0)]
     assert (b0["gpu.throttle.power"] == 1).all() and (b0["gpu.throttle.thermal"] == 0).all()
     # XIDs where the last-XID gauge changes to a code; node-a GPU 0's 13, standing from before
