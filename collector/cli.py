@@ -155,13 +155,13 @@ def from_prometheus(
     output_dir(trace_dir, "TRACE_DIR")
     source = fp.Source(url=url, start=start, end=end, step_s=step, selector=selector,
                        node_label=node_label)
-    skipped = [0]
+    skipped: list[int] = []  # series left out, as read() reports them
     try:
         with Progress(TextColumn("[bold]from-prometheus[/bold] {task.description}"), BarColumn(),
                       MofNCompleteColumn(), console=console) as progress:
             task = progress.add_task(f"{url} -> {trace_dir}", total=fp.query_count(source))
             trace = fp.read(source, progress=lambda n: progress.advance(task, n),
-                            skipped=lambda n: skipped.__setitem__(0, skipped[0] + n))
+                            skipped=skipped.append)
     except fp.PrometheusError as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
@@ -171,8 +171,8 @@ def from_prometheus(
               else f"no events.csv (no {fp.XID_FIELD} series: XID counts unknown)")
     console.print(f"wrote {trace_dir}: {len(trace.gpu):,} GPU samples of "
                   f"{len(trace.meta.nodes)} nodes, {events}", highlight=False)
-    if skipped[0]:
-        console.print(f"note: {skipped[0]} series without a {node_label!r} (or 'instance') and "
+    if skipped:
+        console.print(f"note: {sum(skipped)} series without a {node_label!r} (or 'instance') and "
                       "a 'gpu' label were left out", highlight=False)
 
 

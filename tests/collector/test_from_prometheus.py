@@ -77,7 +77,10 @@ def _openmetrics(path: Path) -> None:
                     if (node, gpu) == ("node-a", 0) else [(labels, range(N))])
             lines += [f"{field}{{{series}}} {values[j]:g} {T0 + j * STEP:.0f}"
                       for series, steps in pods for j in steps]
-    lines.append("# EOF")
+    # A series of a GPU field without a GPU index (a misconfigured exporter): left out, said.
+    lines += ["# TYPE DCGM_FI_DEV_POWER_USAGE gauge",
+              *(f'DCGM_FI_DEV_POWER_USAGE{{Hostname="node-a",job="dcgm"}} 300 {T0 + j * STEP:.0f}'
+                for j in range(N)), "# EOF"]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -115,6 +118,8 @@ def test_dcgm_exporter_history_becomes_a_fleet_trace_in_canonical_units(
                         'job="dcgm"')
     assert code == 0, output
     assert f"wrote {tmp_path}: {4 * N:,} GPU samples of 2 nodes, 2 XID events" in output
+    assert "note: 1 series without a 'Hostname' (or 'instance') and a 'gpu' label were left out" \
+        in output
     trace = read_trace(tmp_path)
     assert trace.meta.nodes == ("node-a", "node-b") and trace.meta.gpus_per_node == 2
     assert (trace.meta.start, trace.meta.end, trace.meta.interval_s) == (
