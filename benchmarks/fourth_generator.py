@@ -550,12 +550,15 @@ def _counts(sim: _Sim, benign_per_min: FloatA, episode_per_min: FloatA,
 def _cumulative(sim: _Sim, inc: FloatA, init: FloatA, *, persistent: bool) -> FloatA:
     """Counter values with resets: volatile counters at every reboot, others at a GPU swap."""
     c = init[:, None] + np.cumsum(inc, axis=1)
-    for node, gpu, k in sorted(sim.resets, key=lambda r: r[2]):
+    # A repair that swaps a GPU also reboots its node: one reset of that GPU at that sample.
+    restarts: set[tuple[int, int]] = set()
+    for node, gpu, k in sim.resets:
         if 0 < k < sim.k and (gpu >= 0 or not persistent):
             rows = [node * sim.gpn + gpu] if gpu >= 0 else range(node * sim.gpn,
                                                                    (node + 1) * sim.gpn)
-            for g in rows:
-                c[g, k:] -= c[g, k - 1]
+            restarts.update((g, k) for g in rows)
+    for g, k in sorted(restarts, key=lambda r: r[1]):
+        c[g, k:] -= c[g, k - 1]
     return c
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from collector.fleet_trace import FleetTrace, read_trace, write_trace
+from collector.metrics import GPU_METRICS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -197,6 +198,17 @@ def test_counters_restart_only_after_the_node_was_away(fleets: list[FleetTrace])
             assert not (drop & ~away).any(), f"{col} went down without a reboot"
             resets += int(drop.sum())
     assert resets > 0
+
+
+def test_a_counter_restarts_from_zero_when_a_node_reboots_with_a_new_gpu() -> None:
+    # A repair that swaps a GPU also reboots its node: both reset the swapped GPU's volatile
+    # counters at the same sample, which must then read from zero, not below it. Seed 16 has
+    # such a repair within its half day.
+    trace = fg.generate(16, **SMALL)
+    assert _truth(trace)["gpu"].notna().any()
+    counters = [m.name for m in GPU_METRICS if m.kind == "cumulative"]
+    below = trace.gpu[counters] < 0
+    assert not below.any().any(), f"read below zero: {below.sum()[below.any()].to_dict()}"
 
 
 def test_the_command_line_writes_a_trace(tmp_path: Path) -> None:
