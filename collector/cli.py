@@ -123,9 +123,10 @@ def from_prometheus(
     ] = None,
     end: Annotated[float | None, typer.Option(
         "--to", help="Last time to read (Unix seconds). Default: now.")] = None,
-    step: Annotated[float, typer.Option(
-        "--step", help="Seconds between samples of the trace (the range queries' step; "
-        "dcgm-exporter's scrape interval or a multiple of it).")] = 30.0,
+    scrape: Annotated[float, typer.Option(
+        "--scrape-interval", help="Seconds between Prometheus's scrapes of dcgm-exporter. The "
+        "trace holds the samples as scraped, whatever this says; it sizes the queries (10,000 "
+        "scrapes a series each) and is the trace's interval if no GPU has two samples.")] = 30.0,
     selector: Annotated[str, typer.Option(
         "--selector", help="PromQL label matchers added to every field, e.g. "
         "'job=\"dcgm\",cluster=\"a\"'. Default: every dcgm-exporter series.")] = "",
@@ -144,16 +145,17 @@ def from_prometheus(
     console = Console(stderr=True, soft_wrap=True)
     end = time.time() if end is None else end
     start = end - 2 * 86400.0 if start is None else start
-    for given, option in ((start, "--from"), (end, "--to"), (step, "--step")):
+    for given, option in ((start, "--from"), (end, "--to"), (scrape, "--scrape-interval")):
         if not math.isfinite(given):
             raise typer.BadParameter(f"{given} is no number", param_hint=option)
-    if step <= 0:
-        raise typer.BadParameter(f"{step:g} must be above 0 seconds", param_hint="--step")
+    if scrape <= 0:
+        raise typer.BadParameter(f"{scrape:g} must be above 0 seconds",
+                                 param_hint="--scrape-interval")
     if end <= start:
         raise typer.BadParameter(f"--to {end:.0f} is not after --from {start:.0f}",
                                  param_hint="--to")
     output_dir(trace_dir, "TRACE_DIR")
-    source = fp.Source(url=url, start=start, end=end, step_s=step, selector=selector,
+    source = fp.Source(url=url, start=start, end=end, scrape_s=scrape, selector=selector,
                        node_label=node_label)
     skipped: list[int] = []  # series left out, as read() reports them
     try:

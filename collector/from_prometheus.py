@@ -2,18 +2,18 @@
 
 fleet-trace.md has users make a trace from their own history to see what Foreshock would have
 predicted on their fleet; most keep that history as dcgm-exporter series in Prometheus. Each
-field of metrics.md's DCGM column is read with range queries on one grid (``step``), in chunks
-that stay under Prometheus's 11,000 points a series, and converted to its canonical metric:
-percent to a ratio, MiB to bytes, the clock-event bit mask to the two throttle flags
-(``collector.metrics.DCGM_FIELDS`` says the same to a user who renames columns by hand).
+field of metrics.md's DCGM column is read as the samples Prometheus stored, at the times they
+were scraped (instant queries of a range selector, ``FIELD[...]``, in chunks of at most
+``MAX_POINTS`` scrapes a series), and converted to its canonical metric: percent to a ratio, MiB
+to bytes, the clock-event bit mask to the two throttle flags (``collector.metrics.DCGM_FIELDS``
+says the same to a user who renames columns by hand). A range query would put the samples on a
+grid and fill a gap shorter than Prometheus's lookback (5 minutes) with the last value, hiding
+the silence of a GPU that stopped reporting; the samples themselves keep the gap a gap.
 
 XIDs: dcgm-exporter exports the last XID a GPU raised as a gauge, so an event is read where that
 gauge changes to a code. Two XIDs of one code in a row read as one, and a code already standing
 at the window's start (an XID from before it) is not an event. A Prometheus with no XID series
 gives a trace without ``events.csv``: XID counts unknown, not zero.
-
-A range query fills a gap shorter than Prometheus's lookback (5 minutes by default) with the
-last value; a longer gap stays a gap.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 import httpx
 import numpy as np
@@ -30,7 +31,7 @@ from collector.fleet_trace import FleetTrace, TraceMeta, empty_frame
 from collector.metrics import DCGM_FIELDS
 
 MAX_POINTS = 10_000
-"""Points a series per query; Prometheus refuses a range query of more than 11,000."""
+"""Scrapes a series per query (at ``Source.scrape_s``): what one answer holds stays bounded."""
 
 SCALE: dict[str, float] = {"DCGM_FI_DEV_GPU_UTIL": 0.01, "DCGM_FI_DEV_FB_USED": 1048576.0}
 """Fields whose unit is not the canonical metric's: percent, MiB."""
@@ -49,12 +50,14 @@ class PrometheusError(RuntimeError):
 
 @dataclass(frozen=True, kw_only=True)
 class Source:
-    """Which Prometheus, which series, and the grid to read them on."""
+    """Which Prometheus, which series, and how often dcgm-exporter was scraped."""
 
     url: str
     start: float
     end: float
-    step_s: float = 30.0
+    scrape_s: float = 30.0
+    """The scrape interval: it sizes the queries, and is the trace's interval where no GPU has
+    two samples to tell it."""
     selector: str = ""
     """PromQL label matchers added to every field, e.g. ``job="dcgm"``."""
     node_label: str = "Hostname"
@@ -69,18 +72,21 @@ def fields() -> list[str]:
 
 
 def _chunks(source: Source) -> list[tuple[float, float]]:
-    span = source.step_s * (MAX_POINTS - 1)
-    starts = np.arange(source.start, source.end + source.step_s / 2, span + source.step_s)
-    return [(float(a), float(min(a + span, source.end))) for a in starts]
+    """Windows that tile [start, end]; each meets the next at one instant."""
+    span = source.scrape_s * MAX_POINTS
+    edges = [*np.arange(source.start, source.end, span), source.end]
+    return [(float(a), float(b)) for a, b in pairwise(edges)]
 
 
 def _query(client: httpx.Client, source: Source, field: str, lo: float,
            hi: float) -> list[dict[str, object]]:
-    query = f"{field}{{{source.selector}}}" if source.selector else field
+    # The samples in [lo, hi]: Prometheus 3 leaves a range's first instant out, 2 keeps it, so
+    # the range reaches a millisecond further back (the sample at a chunk's edge is read twice
+    # and kept once).
+    selected = f"{field}{{{source.selector}}}" if source.selector else field
+    query = f"{selected}[{round((hi - lo) * 1000) + 1}ms]"
     try:
-        r = client.get("/api/v1/query_range", params={
-            "query": query, "start": f"{lo:.3f}", "end": f"{hi:.3f}",
-            "step": f"{source.step_s:g}"})
+        r = client.get("/api/v1/query", params={"query": query, "time": f"{hi:.3f}"})
     except httpx.HTTPError as exc:
         raise PrometheusError(f"cannot reach Prometheus at {source.url} ({exc!r}): give its "
                               "address with --url") from exc
@@ -168,9 +174,8 @@ def read(source: Source, *, progress: Callable[[int], None] | None = None,
             long = _long(list(series.values()), source, skipped or (lambda n: None))
             if long.empty:
                 continue
-            # One GPU in several series (a new pod label, a restarted exporter): where they
-            # meet, the older one's values are Prometheus's lookback repeating its last sample
-            # (for 5 minutes where no staleness marker ended it), so the newer one is kept.
+            # A sample read twice at a chunk's edge is kept once; one GPU in two series at one
+            # instant (two exporters, a pod that changed within a scrape) reads as the newer.
             long = long.sort_values("since", ascending=False, kind="stable").drop_duplicates(
                 ["ts", "node", "gpu"])
             if field == XID_FIELD:
@@ -195,7 +200,7 @@ def read(source: Source, *, progress: Callable[[int], None] | None = None,
                                                                ignore_index=True)
     nodes = tuple(sorted(gpu["node"].unique()))
     meta = TraceMeta(start=float(gpu["ts"].min()), end=float(gpu["ts"].max()),
-                     interval_s=source.step_s, nodes=nodes,
+                     interval_s=_interval(gpu, source.scrape_s), nodes=nodes,
                      gpus_per_node=int(gpu["gpu"].max()) + 1,
                      extra={"source": f"{source.url} (dcgm-exporter via Prometheus)"})
     return FleetTrace(meta=meta, gpu=gpu, node=empty_frame("node.csv.gz"),
@@ -204,7 +209,14 @@ def read(source: Source, *, progress: Callable[[int], None] | None = None,
                       events_exported=xid is not None)
 
 
+def _interval(gpu: pd.DataFrame, default: float) -> float:
+    """The median time between a GPU's samples, to the millisecond; ``default`` where no GPU
+    has two."""
+    gaps = gpu.groupby(["node", "gpu"], sort=False)["ts"].diff().dropna()
+    return round(float(gaps.median()), 3) if len(gaps) else default
+
+
 def query_count(source: Source) -> int:
-    """How many range queries :func:`read` makes."""
+    """How many queries :func:`read` makes."""
     return len(fields()) * len(_chunks(source))
 

@@ -33,6 +33,7 @@ XID_AT = 100  # node-b GPU 1 raises XID 79 at this scrape, then XID 48 at XID2_A
 XID2_AT = 180
 HOT_AT = 150  # node-a GPU 1 throttles (HW thermal slowdown, 0x40) from here
 POD_AT = 120  # node-a GPU 0 moves to another pod (a new series) here
+GAP = range(60, 70)  # node-b GPU 0 is not scraped for these five minutes
 
 
 def _series() -> dict[str, dict[tuple[str, int], np.ndarray]]:
@@ -74,7 +75,9 @@ def _openmetrics(path: Path) -> None:
             # at POD_AT, and backfilled data has no staleness marker to end the first series.
             pods = ([(f'{labels},pod="p1"', range(POD_AT)), (f'{labels},pod="p2"',
                                                               range(POD_AT, N))]
-                    if (node, gpu) == ("node-a", 0) else [(labels, range(N))])
+                    if (node, gpu) == ("node-a", 0) else
+                    [(labels, [j for j in range(N) if j not in GAP])] if (node, gpu) == (
+                        "node-b", 0) else [(labels, range(N))])
             lines += [f"{field}{{{series}}} {values[j]:g} {T0 + j * STEP:.0f}"
                       for series, steps in pods for j in steps]
     # A series of a GPU field without a GPU index (a misconfigured exporter): left out, said.
@@ -117,7 +120,8 @@ def test_dcgm_exporter_history_becomes_a_fleet_trace_in_canonical_units(
     code, output = _run(str(tmp_path), "--url", prometheus, *_window(), "--selector",
                         'job="dcgm"')
     assert code == 0, output
-    assert f"wrote {tmp_path}: {4 * N:,} GPU samples of 2 nodes, 2 XID events" in output
+    assert f"wrote {tmp_path}: {4 * N - len(GAP):,} GPU samples of 2 nodes, 2 XID events" \
+        in output
     assert "note: 1 series without a 'Hostname' (or 'instance') and a 'gpu' label were left out" \
         in output
     trace = read_trace(tmp_path)
@@ -134,12 +138,15 @@ def test_dcgm_exporter_history_becomes_a_fleet_trace_in_canonical_units(
     # The clock-event bit mask read as the two flags: 0x40 is thermal, 0x04 is power.
     assert a1["gpu.throttle.thermal"].tolist() == [0.0] * HOT_AT + [1.0] * (N - HOT_AT)
     assert (a1["gpu.throttle.power"] == 0).all()
-    # A GPU whose series changed pods reads as the newer series where Prometheus's lookback
-    # still repeats the older one's last sample (it kept that repeat for 5 minutes).
+    # A GPU whose series changed pods reads as one GPU, each sample once.
     np.testing.assert_allclose(gpu.loc[("node-a", 0)]["gpu.temperature"],
                                _series()["DCGM_FI_DEV_GPU_TEMP"][("node-a", 0)])
     b0 = gpu.loc[("node-b", 0)]
     assert (b0["gpu.throttle.power"] == 1).all() and (b0["gpu.throttle.thermal"] == 0).all()
+    # Five minutes without a scrape stay a gap: no row repeats the last sample into it, as a
+    # range query would have (Prometheus's lookback is 5 minutes).
+    assert list(np.diff(b0.index)[np.diff(b0.index) != STEP]) == [(len(GAP) + 1) * STEP]
+    assert not b0.index.isin([T0 + j * STEP for j in GAP]).any()
     # XIDs where the last-XID gauge changes to a code; node-a GPU 0's 13, standing from before
     # the window, is none.
     events = trace.events[["ts", "node", "gpu", "kind", "code"]].values.tolist()
@@ -149,8 +156,8 @@ def test_dcgm_exporter_history_becomes_a_fleet_trace_in_canonical_units(
 
 def test_a_window_read_in_many_queries_gives_the_same_trace(
         prometheus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A week at 30 s is 20,160 points a series, over Prometheus's 11,000 for one query: the
-    # window is read in chunks. Here chunks of 50 points (5 queries a field) must meet exactly.
+    # A week at 30 s is 20,160 scrapes a series: the window is read in chunks of 10,000. Here
+    # chunks of 50 (5 queries a field) must meet exactly: a sample at their edge read once.
     code, output = _run(str(tmp_path / "one"), "--url", prometheus, *_window())
     assert code == 0, output
     monkeypatch.setattr(from_prometheus, "MAX_POINTS", 50)
@@ -159,7 +166,7 @@ def test_a_window_read_in_many_queries_gives_the_same_trace(
     source = from_prometheus.Source(url=prometheus, start=T0, end=T0 + (N - 1) * STEP)
     assert from_prometheus.query_count(source) == 5 * len(from_prometheus.fields())
     one, many = read_trace(tmp_path / "one"), read_trace(tmp_path / "many")
-    assert len(many.gpu) == 6 * N
+    assert len(many.gpu) == 6 * N - len(GAP)
     pd.testing.assert_frame_equal(one.gpu, many.gpu)
     pd.testing.assert_frame_equal(one.events, many.events)
 
@@ -216,3 +223,6 @@ def test_a_prometheus_without_that_history_or_out_of_reach_is_named(
     assert code == 2 and f"cannot reach Prometheus at {closed}" in output
     code, output = _run(str(tmp_path / "back"), "--url", prometheus, "--from", "100", "--to", "50")
     assert code == 2 and "--to 50 is not after --from 100" in output
+    code, output = _run(str(tmp_path / "scrape"), "--url", prometheus, *_window(),
+                        "--scrape-interval", "0")
+    assert code == 2 and "--scrape-interval" in output and "must be above 0 seconds" in output
