@@ -17,6 +17,7 @@ import pandas as pd
 from collector.fleet_trace import FleetTrace, empty_frame
 
 ABSENT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ecc": ("gpu.csv.gz", ("gpu.ecc.sbe", "gpu.ecc.dbe")),
     "node": ("node.csv.gz", ()),
     "compute": ("node.csv.gz", ("train.compute.duration",)),
     "events": ("events.csv", ()),
@@ -69,6 +70,14 @@ def absent(trace: FleetTrace) -> list[str]:
 
 
 NOTES: dict[str, str] = {
+    "ecc": "no gpu.ecc.sbe or gpu.ecc.dbe (dcgm-exporter's default counters leave ECC out): a "
+           "GPU whose memory gives way shows only in its row remaps and XIDs, and is warned of "
+           "later or missed",
+    "nvlink": "no gpu.nvlink.crc_errors (dcgm-exporter's default counters leave it out): a "
+              "failing NVLink shows only in its XIDs, and is warned of later or missed",
+    "throttle": "no gpu.throttle.thermal or gpu.throttle.power (dcgm-exporter's default counters "
+                "leave the clock-event reasons out): a node that overheats shows only in its "
+                "temperatures and clocks, and is warned of later or missed",
     "events": "no events.csv: XID counts read as unknown, so a failure that shows first in its "
               "XIDs (a short ECC ramp) is warned of later or missed",
     "node": "no node.csv (no training hook): nodes are scored by the node model made for fleets "

@@ -69,7 +69,7 @@ def test_cli_backtest_says_what_a_trace_does_not_export_before_its_figures(
     full, bare, stepped = tmp_path / "full", tmp_path / "bare", tmp_path / "stepped"
     trace = make_trace(Spec(seed=21, hours=2))
     write_trace(full, trace)
-    write_trace(bare, without(trace, ["events", "node", "latency"]))
+    write_trace(bare, without(trace, ["events", "node", "latency", "ecc", "nvlink", "throttle"]))
     write_trace(stepped, without(trace, ["compute"]))  # a hook that reports step times only
     said = {}
     for root in (full, bare, stepped):
@@ -80,6 +80,9 @@ def test_cli_backtest_says_what_a_trace_does_not_export_before_its_figures(
     assert "note:" not in said["full"]
     assert "no events.csv: XID counts read as unknown" in said["bare"]
     assert "no node.csv" in said["bare"] and "no net.link.latency" in said["bare"]
+    assert "no gpu.ecc.sbe or gpu.ecc.dbe (dcgm-exporter's default counters" in said["bare"]
+    assert "no gpu.nvlink.crc_errors" in said["bare"]
+    assert "no gpu.throttle.thermal or gpu.throttle.power" in said["bare"]
     assert "no train.compute.duration" in said["stepped"] and "no node.csv" not in said["stepped"]
     assert "no links.csv" not in said["bare"]
 
