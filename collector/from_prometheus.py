@@ -216,6 +216,13 @@ def _interval(gpu: pd.DataFrame, default: float) -> float:
     return round(float(gaps.median()), 3) if len(gaps) else default
 
 
+def unread(trace: FleetTrace) -> dict[str, str]:
+    """The dcgm-exporter fields of which ``trace`` holds no sample: field -> its canonical
+    metric (XIDs aside: without their series the trace has no ``events.csv``)."""
+    return {field: metric for field, (metric, _) in DCGM_FIELDS.items()
+            if field != XID_FIELD and metric not in trace.gpu.columns}
+
+
 def query_count(source: Source) -> int:
     """How many queries :func:`read` makes."""
     return len(fields()) * len(_chunks(source))

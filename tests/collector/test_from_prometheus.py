@@ -124,6 +124,12 @@ def test_dcgm_exporter_history_becomes_a_fleet_trace_in_canonical_units(
         in output
     assert "note: 1 series without a 'Hostname' (or 'instance') and a 'gpu' label were left out" \
         in output
+    # The fields it found no series of are named, with what a default dcgm-exporter leaves out.
+    unread = output.split("note: no series of ")[1]
+    assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" in unread and "gpu.ecc.dbe" in unread
+    assert "DCGM_FI_DEV_POWER_USAGE" in unread  # its one series had no GPU label
+    assert "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" not in unread and "gpu.temperature" not in unread
+    assert "list the fields in the counters CSV dcgm-exporter reads" in unread
     trace = read_trace(tmp_path)
     assert trace.meta.nodes == ("node-a", "node-b") and trace.meta.gpus_per_node == 2
     assert (trace.meta.start, trace.meta.end, trace.meta.interval_s) == (
