@@ -181,10 +181,10 @@ def from_prometheus(
         console.print(
             f"note: no series of {', '.join(unread)}, so the trace has no "
             f"{', '.join(unread.values())}. dcgm-exporter's default counters leave ECC errors, "
-            "NVLink CRC errors and clock-event reasons out (without them the model caught 31 of "
-            "56 failures on ten fresh fleets, against 38 with them; predictor/README.md): list "
-            "the fields in the counters CSV dcgm-exporter reads (its -f option) to export them "
-            "from now on", highlight=False)
+            "NVLink CRC errors and clock-event reasons out, and without them the model warns of "
+            "a failing GPU later or not at all (predictor/README.md, fleets that export less): "
+            "list the fields in the counters CSV dcgm-exporter reads (its -f option) to export "
+            "them from now on", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
