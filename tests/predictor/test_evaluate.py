@@ -275,14 +275,15 @@ def test_a_history_without_a_failure_log_is_scored_against_its_fatal_xids(tmp_pa
     ], columns=["ts", "node", "gpu", "kind", "code"])
     trace = dataclasses.replace(_trace([]), events=events, failures=None)
     write_trace(tmp_path, trace)
+    # A failures.csv beside them is not read: the XIDs are the ground truth asked for.
+    (tmp_path / "failures.csv").write_text(
+        f"ts,node,gpu,kind,precursor_s\n{F + 20 * H},n1,0,gpu,600\n")
     alerts = _alerts([(F - 2 * H, "n0", 2, "gpu"), (F + 30 * 60, "n2", None, "node")])
     out = outcomes(tmp_path, alerts, from_xids=True)
     got = out.failures[["ts", "node", "gpu", "kind", "caught"]].values.tolist()
     assert got == [[F, "n0", 2, "gpu", True], [F + H, "n2", -1, "node", True],
                    [F + 9 * H, "n0", 5, "gpu", False]]
     assert out.failures["precursor_s"].isna().all()
-    # failures.csv, had it been there, is not read: the XIDs are the ground truth asked for.
-    assert not (tmp_path / "failures.csv").exists()
     bare = tmp_path / "bare"
     write_trace(bare, dataclasses.replace(trace, events_exported=False))
     with pytest.raises(TraceFormatError, match=r"events\.csv: missing: the trace kept no XID log"):
