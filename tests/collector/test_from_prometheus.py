@@ -71,15 +71,14 @@ def _openmetrics(path: Path) -> None:
             job = "other" if node == "node-z" else "dcgm"
             labels = (f'gpu="{gpu}",UUID="GPU-{node}-{gpu}",Hostname="{node}",'
                       f'instance="{node}:9400",job="{job}"')
-            # On Kubernetes a GPU's series carry the pod using it: node-a GPU 0 changes pods
-            # at POD_AT, and backfilled data has no staleness marker to end the first series.
-            pods = ([(f'{labels},pod="p1"', range(POD_AT)), (f'{labels},pod="p2"',
-                                                              range(POD_AT, N))]
-                    if (node, gpu) == ("node-a", 0) else
-                    [(labels, [j for j in range(N) if j not in GAP])] if (node, gpu) == (
-                        "node-b", 0) else [(labels, range(N))])
+            # On Kubernetes a GPU's series carry the pod using it: node-a GPU 0 changes pods at
+            # POD_AT, both series holding that one scrape; node-b GPU 0 misses the scrapes of GAP.
+            scrapes = {("node-a", 0): [(f'{labels},pod="p1"', range(POD_AT + 1)),
+                                       (f'{labels},pod="p2"', range(POD_AT, N))],
+                       ("node-b", 0): [(labels, [j for j in range(N) if j not in GAP])]}
             lines += [f"{field}{{{series}}} {values[j]:g} {T0 + j * STEP:.0f}"
-                      for series, steps in pods for j in steps]
+                      for series, steps in scrapes.get((node, gpu), [(labels, range(N))])
+                      for j in steps]
     # A series of a GPU field without a GPU index (a misconfigured exporter): left out, said.
     lines += ["# TYPE DCGM_FI_DEV_POWER_USAGE gauge",
               *(f'DCGM_FI_DEV_POWER_USAGE{{Hostname="node-a",job="dcgm"}} 300 {T0 + j * STEP:.0f}'
